@@ -1,0 +1,53 @@
+"""The ``ddiag`` command line: parse, call the verb's module, render. Nothing else.
+
+Imports here stay light: ``ddiag --help`` and ``--version`` must not import torch.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from diag import __version__
+
+
+def emit_json(value: dict) -> None:
+    """Machine-readable output goes to stdout, alone."""
+    click.echo(json.dumps(value, indent=2, default=str))
+
+
+def fail(message: str, code: int = 2) -> None:
+    click.echo(f"ddiag: error: {message}", err=True)
+    sys.exit(code)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="ddiag")
+def main() -> None:
+    """Debugging and diagnostics for distributed PyTorch training."""
+
+
+@main.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
+def summary(run_dir: Path, as_json: bool) -> None:
+    """Summarise what each rank logged in a run directory."""
+    from diag.render import render_summary
+    from diag.summary import summarize
+
+    if not (run_dir / "events").is_dir():
+        fail(f"{run_dir}: not a ddiag run directory (no events/ folder); "
+             "pass the --out / DDIAG_RUN_DIR the job wrote to")
+    result = summarize(run_dir)
+    if as_json:
+        emit_json(result.to_json())
+    else:
+        render_summary(result)
+    sys.exit(0 if result.ranks else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,265 @@
+"""Records every torch.distributed collective a rank issues, by wrapping the public
+functions of the ``torch.distributed`` namespace.
+
+Why wrappers: gloo offers no per-work hook (``ProcessGroup._register_on_completion_hook``
+exists for NCCL only), while every frontend we care about -- user code, FSDP2,
+ZeroRedundancyOptimizer, pipelining -- calls these functions through the namespace.
+DDP's gradient buckets bypass Python, so ``instrument`` registers a recording comm hook
+on a DDP model instead (see ``ddp_recording_hook``).
+
+Only the outermost call is recorded (``all_gather_object`` runs two ``all_gather``s
+inside), so our ``seq`` counts the collectives the caller issued, per process group.
+``torch_seq`` is the group's own counter after the call, the ``collective_seq_id`` that
+Flight Recorder dumps carry.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+# op -> (input arg, output arg, group arg, peer arg); each is (position, keyword) or None.
+_T = (0, "tensor")
+SPECS: dict[str, tuple] = {
+    "all_reduce": (_T, _T, (2, "group"), None),
+    "broadcast": (_T, _T, (2, "group"), (1, "src")),
+    "reduce": (_T, _T, (3, "group"), (1, "dst")),
+    "all_gather": ((1, "tensor"), (0, "tensor_list"), (2, "group"), None),
+    "all_gather_into_tensor": ((1, "input_tensor"), (0, "output_tensor"), (2, "group"), None),
+    "all_gather_single": ((1, "input_tensor"), (0, "output_tensor"), (2, "group"), None),
+    "reduce_scatter": ((1, "input_list"), (0, "output"), (3, "group"), None),
+    "reduce_scatter_tensor": ((1, "input"), (0, "output"), (3, "group"), None),
+    "reduce_scatter_single": ((1, "input"), (0, "output"), (3, "group"), None),
+    "all_to_all": ((1, "input_tensor_list"), (0, "output_tensor_list"), (2, "group"), None),
+    "all_to_all_single": ((1, "input"), (0, "output"), (4, "group"), None),
+    "all_reduce_coalesced": ((0, "tensors"), (0, "tensors"), (2, "group"), None),
+    "gather": (_T, (1, "gather_list"), (3, "group"), (2, "dst")),
+    "scatter": ((1, "scatter_list"), _T, (3, "group"), (2, "src")),
+    "barrier": (None, None, (0, "group"), None),
+    "monitored_barrier": (None, None, (0, "group"), None),
+    "send": (_T, None, (2, "group"), (1, "dst")),
+    "recv": (None, _T, (2, "group"), (1, "src")),
+    "isend": (_T, None, (2, "group"), (1, "dst")),
+    "irecv": (None, _T, (2, "group"), (1, "src")),
+    "all_gather_object": (None, None, (2, "group"), None),
+    "broadcast_object_list": (None, None, (2, "group"), (1, "src")),
+    "gather_object": (None, None, (3, "group"), (2, "dst")),
+    "scatter_object_list": (None, None, (3, "group"), (2, "src")),
+    "send_object_list": (None, None, (2, "group"), (1, "dst")),
+    "recv_object_list": (None, None, (2, "group"), (1, "src")),
+}
+P2P_OPS = frozenset({"send", "recv", "isend", "irecv", "send_object_list", "recv_object_list"})
+
+
+def _arg(args: tuple, kwargs: dict, where: tuple | None) -> Any:
+    if where is None:
+        return None
+    pos, name = where
+    if name in kwargs:
+        return kwargs[name]
+    return args[pos] if pos < len(args) else None
+
+
+def tensors_of(value: Any) -> list:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for t in value if isinstance(t, torch.Tensor)]
+    return []
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    name: str
+    desc: str
+    size: int
+    ranks: tuple[int, ...]
+
+
+class CollectiveRecorder:
+    """Turns wrapped calls into ``collective`` records and keeps per-group counters."""
+
+    def __init__(self, emit: Callable[[dict], None], context: Callable[[], dict]):
+        self._emit = emit
+        self._context = context
+        self._groups: dict[int, GroupInfo] = {}
+        self._local = threading.local()
+        self.seq: dict[str, int] = {}
+        self.p2p_seq: dict[tuple[str, int], int] = {}
+        self.last: dict | None = None
+        self.pending: dict | None = None
+        self.step_comm_s = 0.0
+        self.step_count = 0
+
+    def group_info(self, group) -> GroupInfo:
+        pg = group if group is not None else dist.group.WORLD
+        info = self._groups.get(id(pg))
+        if info is None:
+            info = GroupInfo(
+                name=str(getattr(pg, "group_name", "") or ""),
+                desc=str(getattr(pg, "group_desc", "") or ""),
+                size=pg.size(),
+                ranks=tuple(dist.get_process_group_ranks(pg)),
+            )
+            self._groups[id(pg)] = info
+        return info
+
+    def wrap(self, op: str, fn: Callable) -> Callable:
+        recorder = self
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            if getattr(recorder._local, "depth", 0):
+                return fn(*args, **kwargs)
+            recorder._local.depth = 1
+            try:
+                return recorder._call(op, fn, args, kwargs)
+            finally:
+                recorder._local.depth = 0
+
+        return _SameAs(wrapper, fn)
+
+    def _call(self, op: str, fn: Callable, args: tuple, kwargs: dict):
+        try:
+            record, pg = self._begin(op, args, kwargs)
+        except Exception:  # noqa: BLE001 - bad arguments: let torch raise its own error
+            return fn(*args, **kwargs)
+        start = time.monotonic()
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            record["error"] = f"{type(exc).__name__}: {exc}"[:500]
+            raise
+        finally:
+            self._finish(record, pg, start, kwargs)
+        return result
+
+    def _begin(self, op: str, args: tuple, kwargs: dict) -> tuple[dict, Any]:
+        if op == "batch_isend_irecv":
+            return self._begin_batch(args, kwargs)
+        in_at, out_at, group_at, peer_at = SPECS[op]
+        group = _arg(args, kwargs, group_at)
+        info = self.group_info(group)
+        record = {"kind": "collective", "op": op, "group": info.name, "group_desc": info.desc,
+                  "group_size": info.size, **self._context()}
+        if op in P2P_OPS:
+            peer = _arg(args, kwargs, peer_at)
+            key = (info.name, -1 if peer is None else int(peer))
+            self.p2p_seq[key] = self.p2p_seq.get(key, 0) + 1
+            record.update(p2p=True, peer=key[1], seq=self.p2p_seq[key])
+        else:
+            self.seq[info.name] = self.seq.get(info.name, 0) + 1
+            record["seq"] = self.seq[info.name]
+            if peer_at is not None:
+                record["root"] = _arg(args, kwargs, peer_at)
+        record.update(describe(tensors_of(_arg(args, kwargs, in_at)), "in"))
+        record.update(describe(tensors_of(_arg(args, kwargs, out_at)), "out"))
+        self.pending = {"op": op, "group": info.name, "seq": record["seq"], "t": record["t"]}
+        return record, group if group is not None else dist.group.WORLD
+
+    def _begin_batch(self, args: tuple, kwargs: dict) -> tuple[dict, Any]:
+        ops = args[0] if args else kwargs.get("p2p_op_list", [])
+        first = ops[0] if ops else None
+        info = self.group_info(getattr(first, "group", None))
+        parts = [{"op": getattr(p.op, "__name__", "?"), "peer": int(p.peer),
+                  "numel": p.tensor.numel(), "dtype": str(p.tensor.dtype)[6:]} for p in ops]
+        key = (info.name, -2)
+        self.p2p_seq[key] = self.p2p_seq.get(key, 0) + 1
+        record = {"kind": "collective", "op": "batch_isend_irecv", "group": info.name,
+                  "group_desc": info.desc, "group_size": info.size, "p2p": True,
+                  "seq": self.p2p_seq[key], "parts": parts, **self._context()}
+        record["in_numel"] = sum(p["numel"] for p in parts)
+        self.pending = {"op": "batch_isend_irecv", "group": info.name, "seq": record["seq"],
+                        "t": record["t"]}
+        return record, getattr(first, "group", None) or dist.group.WORLD
+
+    def _finish(self, record: dict, pg, start: float, kwargs: dict) -> None:
+        dur = time.monotonic() - start
+        record["dur_s"] = round(dur, 7)
+        record["async"] = bool(kwargs.get("async_op", False))
+        try:
+            record["torch_seq"] = pg._get_sequence_number_for_group()
+        except Exception:  # noqa: BLE001 - not every backend keeps the counter
+            pass
+        self.pending = None
+        self.last = {"op": record["op"], "group": record["group"], "seq": record["seq"],
+                     "t": record["t"] + dur}
+        self.step_comm_s += dur
+        self.step_count += 1
+        self._emit(record)
+
+
+def describe(tensors: list, side: str) -> dict:
+    """numel, bytes, dtype and shape of one side (in/out) of a collective."""
+    if not tensors:
+        return {}
+    first = tensors[0]
+    out = {
+        f"{side}_numel": sum(t.numel() for t in tensors),
+        f"{side}_bytes": sum(t.numel() * t.element_size() for t in tensors),
+        f"{side}_dtype": str(first.dtype)[6:],  # drop "torch."
+        f"{side}_shape": list(first.shape),
+    }
+    if len(tensors) > 1:
+        out[f"{side}_count"] = len(tensors)
+    return out
+
+
+class _SameAs:
+    """A wrapper that compares and hashes equal to the function it wraps.
+
+    ``P2POp`` checks ``op in [isend, irecv]`` against the originals and pipelining
+    compares ``{p.op for p in ops} == {dist.isend}``; both must keep working whether a
+    caller captured the function before or after we wrapped it.
+    """
+
+    def __init__(self, wrapper: Callable, original: Callable):
+        self._wrapper = wrapper
+        self.__wrapped__ = original
+        functools.update_wrapper(self, original)
+
+    def __call__(self, *args, **kwargs):
+        return self._wrapper(*args, **kwargs)
+
+    def __eq__(self, other):
+        return other is self or other is self.__wrapped__ or (
+            isinstance(other, _SameAs) and other.__wrapped__ is self.__wrapped__
+        )
+
+    def __hash__(self):
+        return hash(self.__wrapped__)
+
+
+def install(recorder: CollectiveRecorder) -> list[str]:
+    """Wrap every collective this torch has; returns the names wrapped."""
+    wrapped = []
+    for op in (*SPECS, "batch_isend_irecv"):
+        fn = getattr(dist, op, None)
+        if fn is None or isinstance(fn, _SameAs):
+            continue
+        setattr(dist, op, recorder.wrap(op, fn))
+        wrapped.append(op)
+    return wrapped
+
+
+def uninstall() -> None:
+    for op in (*SPECS, "batch_isend_irecv"):
+        fn = getattr(dist, op, None)
+        if isinstance(fn, _SameAs):
+            setattr(dist, op, fn.__wrapped__)
+
+
+def ddp_recording_hook(process_group, bucket):
+    """DDP's default averaging all_reduce, issued through the (wrapped) namespace so
+    that every gradient bucket is recorded. Same arithmetic as torch's allreduce_hook."""
+    group = process_group if process_group is not None else dist.group.WORLD
+    buffer = bucket.buffer()
+    buffer.div_(group.size())
+    work = dist.all_reduce(buffer, group=group, async_op=True)
+    return work.get_future().then(lambda fut: fut.value()[0])

@@ -1,0 +1,204 @@
+"""The per-rank event log writer: JSONL, one ``write`` per line, never raising into training.
+
+Training threads only append records to an in-memory queue. A daemon thread serialises
+and writes them every ``flush_interval`` seconds, so a slow or full disk costs training
+nothing. Every line goes to an ``O_APPEND`` descriptor in a single ``os.write``, so a
+writer killed mid-record leaves at most one torn last line and concurrent writers never
+interleave half lines. What is written is in the page cache, so it survives SIGKILL.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import math
+import os
+import signal
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import Callable
+
+log = logging.getLogger("ddiag")
+
+FLUSH_INTERVAL_S = 0.2
+HEARTBEAT_INTERVAL_S = 1.0
+# Beyond this many unwritten records (a stalled disk) new ones are dropped, not queued,
+# so the writer's memory stays bounded.
+MAX_QUEUE = 200_000
+
+_live_writers: "weakref.WeakSet[EventWriter]" = weakref.WeakSet()
+
+
+def _finite(value):
+    """JSON has no NaN/Infinity; non-finite floats become the strings Python would print."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def encode(record: dict) -> bytes:
+    try:
+        text = json.dumps(record, separators=(",", ":"), allow_nan=False, default=str)
+    except ValueError:
+        text = json.dumps(_finite(record), separators=(",", ":"), default=str)
+    return (text + "\n").encode()
+
+
+class EventWriter:
+    """Appends records to one rank's JSONL file from a background thread."""
+
+    def __init__(
+        self,
+        path: Path,
+        header: dict,
+        *,
+        heartbeat_path: Path | None = None,
+        heartbeat: Callable[[], dict] | None = None,
+        flush_interval: float = FLUSH_INTERVAL_S,
+        heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
+    ) -> None:
+        self.path = Path(path)
+        self.written = 0
+        self.dropped = 0
+        self.heartbeat_errors = 0
+        self._queue: collections.deque[dict] = collections.deque()
+        self._lock = threading.RLock()
+        self._warned = False
+        self._closed = False
+        self._heartbeat_path = heartbeat_path
+        self._heartbeat = heartbeat
+        self._flush_interval = flush_interval
+        self._heartbeat_interval = heartbeat_interval
+        self._fd = self._open()
+        self.emit(header)
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ddiag-writer", daemon=True)
+        self._thread.start()
+        _live_writers.add(self)
+
+    def _open(self) -> int | None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            self._warn(f"cannot open event log {self.path}: {exc}")
+            return None
+
+    def _warn(self, message: str) -> None:
+        if not self._warned:
+            self._warned = True
+            log.warning("ddiag: %s; records are dropped and counted, training goes on", message)
+
+    def emit(self, record: dict) -> None:
+        """Queue one record. Called from training code: O(1), never raises, never blocks."""
+        if self._closed or len(self._queue) >= MAX_QUEUE:
+            self.dropped += 1
+            return
+        self._queue.append(record)
+
+    def flush(self) -> None:
+        """Write every queued record, one ``os.write`` per line."""
+        with self._lock:
+            while self._queue:
+                self._write(self._queue.popleft())
+
+    def _write(self, record: dict) -> None:
+        if self._fd is None:
+            self.dropped += 1
+            return
+        try:
+            line = encode(record)
+            # A regular file takes the whole line at once; the loop only guards the
+            # rare short write so the line is never left torn mid-file.
+            while line:
+                line = line[os.write(self._fd, line):]
+            self.written += 1
+        except (OSError, TypeError, ValueError) as exc:
+            self.dropped += 1
+            self._warn(f"cannot write {self.path}: {exc}")
+
+    def write_heartbeat(self) -> None:
+        if self._heartbeat_path is None or self._heartbeat is None:
+            return
+        try:
+            doc = self._heartbeat()
+            doc["dropped"] = self.dropped
+            tmp = self._heartbeat_path.with_name(self._heartbeat_path.name + ".tmp")
+            tmp.write_bytes(encode(doc))
+            os.replace(tmp, self._heartbeat_path)  # readers see the old or the new, whole
+        except Exception as exc:  # noqa: BLE001 - a heartbeat must never take training down
+            self.heartbeat_errors += 1
+            self._warn(f"cannot write heartbeat {self._heartbeat_path}: {exc}")
+
+    def _run(self) -> None:
+        next_beat = 0.0
+        while not self._closed:
+            self._wake.wait(self._flush_interval)
+            self._wake.clear()
+            self.flush()
+            now = time.monotonic()
+            if now >= next_beat:
+                self.write_heartbeat()
+                next_beat = now + self._heartbeat_interval
+
+    def close(self, final: dict | None = None) -> None:
+        """Flush everything, append ``final`` and release the file. Safe to call twice."""
+        with self._lock:
+            if self._closed:
+                return
+            if final is not None:
+                self._queue.append(final)
+            self.flush()
+            self.write_heartbeat()
+            self._closed = True
+            self._wake.set()
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+
+def flush_all() -> None:
+    for writer in list(_live_writers):
+        try:
+            writer.flush()
+            writer.write_heartbeat()
+        except Exception:  # noqa: BLE001 - called from signal handlers and atexit
+            pass
+
+
+_chained: dict[int, object] = {}
+
+
+def _flush_then_chain(signum, frame) -> None:
+    flush_all()
+    previous = _chained.get(signum, signal.SIG_DFL)
+    if callable(previous):
+        previous(signum, frame)
+    elif previous == signal.SIG_DFL:
+        # Re-deliver with the default action so the exit status stays "killed by signal".
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
+def install_signal_flush(signals=(signal.SIGTERM, signal.SIGINT)) -> bool:
+    """Flush all writers on SIGTERM/SIGINT, then run whatever handler was there before.
+
+    Only the main thread may install handlers; elsewhere this is a no-op (returns False)
+    and the writer still flushes every ``FLUSH_INTERVAL_S``.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    for signum in signals:
+        current = signal.getsignal(signum)
+        if current is _flush_then_chain:
+            continue
+        _chained[signum] = current
+        signal.signal(signum, _flush_then_chain)
+    return True

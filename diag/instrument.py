@@ -1,0 +1,372 @@
+"""The per-rank logging decorator: ``@diag.log_step``, ``diag.span`` and ``diag.init``.
+
+Everything here runs inside someone else's training job, so every piece of
+instrumentation is wrapped: an internal error is counted and warned about once, and the
+user's own code and exceptions pass through untouched.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import logging
+import math
+import os
+import socket
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from diag import schema
+from diag.collectives import CollectiveRecorder, ddp_recording_hook, install
+from diag.eventlog import EventWriter, install_signal_flush
+from diag.rundir import RunDir, ensure_run_json, launcher_run_id, resolve_run_dir
+
+log = logging.getLogger("ddiag")
+
+# Spans with these names that close outside a step (the usual ``for batch in loader``)
+# belong to the step that follows; any other name is an event of its own (eval, ckpt).
+STEP_PHASES = frozenset({"data", "forward", "backward", "optimizer"})
+MAX_ARG_TENSORS = 16
+
+
+class _Rank:
+    """Where this process sits in the job; from the process group once it exists."""
+
+    def __init__(self) -> None:
+        if dist.is_available() and dist.is_initialized():
+            self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+            self.backend = str(dist.get_backend())
+        else:
+            self.rank = int(os.environ.get("RANK", 0))
+            self.world_size = int(os.environ.get("WORLD_SIZE", 1))
+            self.backend = None
+        self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+
+
+class _State:
+    def __init__(self, run_dir, grad_every: int, collectives: bool, signals: bool) -> None:
+        self.run_dir = RunDir(resolve_run_dir(run_dir))
+        self.grad_every = grad_every
+        self.want_collectives = collectives
+        self.want_signals = signals
+        self.writer: EventWriter | None = None
+        self.where: _Rank | None = None
+        self.step = -1
+        self.in_step = False
+        self.step_started: float | None = None
+        self.last_step_end: float | None = None
+        self.phases: dict[str, float] = {}
+        self.pending_phases: dict[str, float] = {}
+        self.spans: list[tuple[str, float]] = []
+        self.internal_errors = 0
+        self.recorder = CollectiveRecorder(self.emit, self.context)
+        self.hooked_models: set[int] = set()
+        self.lock = threading.Lock()
+
+    def context(self) -> dict:
+        """Fields every record carries."""
+        where = self.where or self.open_writer()
+        return {"rank": where.rank, "pid": where.pid, "step": self.step,
+                "in_step": self.in_step, "t": time.time(), "mono": time.monotonic()}
+
+    def open_writer(self) -> _Rank:
+        with self.lock:
+            if self.where is None:
+                self.where = _Rank()
+                self.writer = self._make_writer(self.where)
+        return self.where
+
+    def _make_writer(self, where: _Rank) -> EventWriter:
+        rd = self.run_dir
+        try:
+            rd.create()
+            run_id = ensure_run_json(rd, launcher_run_id())["run_id"]
+        except Exception as exc:  # noqa: BLE001 - an unwritable run dir must not stop training
+            run_id = launcher_run_id() or "unknown"
+            log.warning("ddiag: cannot prepare run directory %s: %s", rd.root, exc)
+        header = {
+            "kind": "header", **schema.stamp(schema.EVENTS), "run_id": run_id,
+            "rank": where.rank, "local_rank": where.local_rank,
+            "world_size": where.world_size, "host": where.host, "pid": where.pid,
+            "backend": where.backend, "torch_version": torch.__version__,
+            "python": sys.version.split()[0], "argv": sys.argv[:32],
+            "t": time.time(), "mono": time.monotonic(), "step": self.step,
+        }
+        writer = EventWriter(rd.events(where.rank), header,
+                             heartbeat_path=rd.heartbeat(where.rank), heartbeat=self.heartbeat)
+        if self.want_signals:
+            install_signal_flush()
+        return writer
+
+    def emit(self, record: dict) -> None:
+        if self.writer is None:
+            self.open_writer()
+        self.writer.emit(record)
+
+    def heartbeat(self) -> dict:
+        where = self.where
+        rec = self.recorder
+        span = self.spans[-1] if self.spans else None
+        return {
+            **schema.stamp(schema.HEARTBEAT), "rank": where.rank, "pid": where.pid,
+            "host": where.host, "t": time.time(), "mono": time.monotonic(),
+            "step": self.step, "in_step": self.in_step, "step_started": self.step_started,
+            "seq": dict(rec.seq), "last_collective": rec.last, "pending": rec.pending,
+            "span": {"name": span[0], "since": span[1]} if span else None,
+            "records": self.writer.written if self.writer else 0,
+        }
+
+    def internal_error(self, where: str, exc: BaseException) -> None:
+        self.internal_errors += 1
+        if self.internal_errors == 1:
+            log.warning("ddiag: instrumentation error in %s (%s: %s); training goes on",
+                        where, type(exc).__name__, exc)
+
+
+_state: _State | None = None
+_init_lock = threading.Lock()
+
+
+def init(run_dir: str | os.PathLike | None = None, *, grad_every: int = 1,
+         collectives: bool = True, signals: bool = True) -> None:
+    """Start recording into ``run_dir`` (default: $DDIAG_RUN_DIR or ./ddiag-run).
+
+    Optional: the first ``log_step`` call does it with the defaults. Call it yourself
+    to set options, or to record collectives issued before the first step.
+    """
+    global _state
+    if grad_every < 1:
+        raise ValueError(f"grad_every must be >= 1, got: {grad_every}")
+    with _init_lock:
+        if _state is not None:
+            return
+        _state = _State(run_dir, grad_every, collectives, signals)
+        if collectives:
+            install(_state.recorder)
+        atexit.register(shutdown)
+
+
+def _get() -> _State:
+    if _state is None:
+        init()
+    return _state
+
+
+def writer() -> EventWriter | None:
+    """This process's event writer (``written``/``dropped`` counters), once opened."""
+    return _state.writer if _state else None
+
+
+def current_step() -> int:
+    return _state.step if _state else -1
+
+
+def record(kind: str, **fields: Any) -> None:
+    """Append a record of your own (``kind`` must not be one of ddiag's) to the log."""
+    state = _get()
+    try:
+        state.emit({"kind": kind, **state.context(), **fields})
+    except Exception as exc:  # noqa: BLE001
+        state.internal_error("record", exc)
+
+
+def shutdown() -> None:
+    """Flush and close the event log. Runs at exit by itself."""
+    if _state is None or _state.writer is None:
+        return
+    state = _state
+    final = {"kind": "close", **state.context(), "dropped": state.writer.dropped,
+             "internal_errors": state.internal_errors}
+    state.writer.close(final)
+
+
+class span:
+    """Time a phase: ``with diag.span("data"): batch = next(it)``.
+
+    Inside a step the time adds to that step's ``phases``; a data/forward/backward/
+    optimizer span outside one counts toward the next step; any other name outside a
+    step (``eval``, ``checkpoint``) is written as a ``span`` record of its own. The
+    innermost open span is in the heartbeat, so the hang watcher can tell a marked
+    pause from a hang.
+    """
+
+    __slots__ = ("name", "_t0", "_wall")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __enter__(self) -> "span":
+        self._t0 = time.monotonic()
+        self._wall = time.time()
+        state = _get()
+        state.spans.append((self.name, self._wall))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        dur = time.monotonic() - self._t0
+        state = _state
+        try:
+            if state.spans and state.spans[-1][0] == self.name:
+                state.spans.pop()
+            if state.in_step:
+                state.phases[self.name] = state.phases.get(self.name, 0.0) + dur
+            elif self.name in STEP_PHASES:
+                state.pending_phases[self.name] = state.pending_phases.get(self.name, 0.0) + dur
+            else:
+                state.emit({"kind": "span", **state.context(), "name": self.name,
+                            "start": self._wall, "dur_s": round(dur, 7)})
+        except Exception as e:  # noqa: BLE001
+            state.internal_error("span", e)
+
+
+def log_step(fn: Callable | None = None, *, model: Any = None, grad_every: int | None = None):
+    """Decorate a training step: ``@diag.log_step`` or ``@diag.log_step(model=model)``.
+
+    Per call it writes one ``step`` record: duration, phases, tensor argument shapes, the
+    loss when the step returns one, and with ``model=`` the gradient norm and the first
+    parameter with a non-finite gradient (every ``grad_every`` steps).
+    """
+    if fn is None:
+        return lambda f: log_step(f, model=model, grad_every=grad_every)
+    if os.environ.get("DDIAG_DISABLE") == "1":
+        return fn
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        state = _get()
+        try:
+            _begin_step(state, model, args, kwargs)
+        except Exception as exc:  # noqa: BLE001
+            state.internal_error("log_step", exc)
+            return fn(*args, **kwargs)
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            _record_exception(state, exc)
+            raise
+        try:
+            _end_step(state, model, grad_every or state.grad_every, result)
+        except Exception as exc:  # noqa: BLE001
+            state.internal_error("log_step", exc)
+        return result
+
+    return wrapper
+
+
+def _begin_step(state: _State, model, args: tuple, kwargs: dict) -> None:
+    state.open_writer()
+    if model is not None and id(model) not in state.hooked_models:
+        _hook_ddp(state, model)
+    state.step += 1
+    state.in_step = True
+    state.step_started = time.time()
+    state._t0 = time.monotonic()
+    state.phases = state.pending_phases
+    state.pending_phases = {}
+    state.recorder.step_comm_s = 0.0
+    state.recorder.step_count = 0
+    state._args = arg_shapes(args, kwargs)
+
+
+def _end_step(state: _State, model, grad_every: int, result) -> None:
+    now = time.monotonic()
+    rec = {"kind": "step", **state.context(), "dur_s": round(now - state._t0, 7),
+           "iter_s": round(now - state.last_step_end, 7) if state.last_step_end else None,
+           "phases": {k: round(v, 7) for k, v in state.phases.items()},
+           "args": state._args, "loss": loss_of(result),
+           "comm_s": round(state.recorder.step_comm_s, 7), "ncoll": state.recorder.step_count}
+    if model is not None and state.step % grad_every == 0:
+        rec["grad_norm"], rec["nonfinite"] = grad_check(model)
+    state.in_step = False
+    state.last_step_end = now
+    state.emit(rec)
+
+
+def _record_exception(state: _State, exc: BaseException) -> None:
+    try:
+        state.in_step = False
+        state.emit({"kind": "exception", **state.context(), "type": type(exc).__name__,
+                    "message": str(exc)[:2000],
+                    "traceback": "".join(traceback.format_exception(exc))[-8000:]})
+        state.writer.flush()  # the process is likely about to die: do not wait for the tick
+    except Exception as e:  # noqa: BLE001
+        state.internal_error("exception record", e)
+
+
+def _hook_ddp(state: _State, model) -> None:
+    state.hooked_models.add(id(model))
+    if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        return
+    if not state.want_collectives or getattr(model, "_comm_hooks", None):
+        return  # the user's own hook stays; a Python hook goes through our wrappers anyway
+    try:
+        model.register_comm_hook(model.process_group, ddp_recording_hook)
+    except RuntimeError as exc:  # a builtin C++ hook is already registered
+        state.emit({"kind": "note", **state.context(),
+                    "message": f"DDP buckets not recorded: {exc}"[:500]})
+
+
+def arg_shapes(args: tuple, kwargs: dict) -> list[dict]:
+    """Shapes and dtypes of tensor arguments, one container level deep."""
+    out: list[dict] = []
+
+    def add(name: str, value) -> None:
+        if len(out) >= MAX_ARG_TENSORS:
+            return
+        if isinstance(value, torch.Tensor):
+            out.append({"name": name, "shape": list(value.shape), "dtype": str(value.dtype)[6:]})
+
+    for name, value in [*((f"arg{i}", a) for i, a in enumerate(args)), *kwargs.items()]:
+        if isinstance(value, (list, tuple)):
+            for i, item in enumerate(value[:MAX_ARG_TENSORS]):
+                add(f"{name}[{i}]", item)
+        elif isinstance(value, dict):
+            for key, item in list(value.items())[:MAX_ARG_TENSORS]:
+                add(f"{name}.{key}", item)
+        else:
+            add(name, value)
+    return out
+
+
+def loss_of(result) -> float | None:
+    """The loss when the step returns one: a scalar, a 1-element tensor, a dict's "loss",
+    or the first element of a tuple."""
+    if isinstance(result, dict):
+        result = result.get("loss")
+    elif isinstance(result, (tuple, list)) and result:
+        result = result[0]
+    if isinstance(result, torch.Tensor) and result.numel() == 1:
+        return float(result.detach())
+    if isinstance(result, (int, float)) and not isinstance(result, bool):
+        return float(result)
+    return None
+
+
+def grad_check(model) -> tuple[float | None, dict | None]:
+    """Total gradient norm and the first parameter whose gradient is NaN or Inf.
+
+    Sharded (DTensor) gradients are checked on the local shard, so the check issues no
+    collective of its own; the norm is then this rank's shard norm.
+    """
+    named = [(n, p.grad) for n, p in model.named_parameters() if p.grad is not None]
+    if not named:
+        return None, None
+    grads = [g.to_local() if hasattr(g, "to_local") else g for _, g in named]
+    norms = [n.float() for n in torch._foreach_norm(grads)]
+    device = norms[0].device
+    total = float(torch.linalg.vector_norm(torch.stack([n.to(device) for n in norms])))
+    if math.isfinite(total):
+        return total, None
+    for (name, _), grad, norm in zip(named, grads, norms):
+        if not math.isfinite(float(norm)):
+            kind = "nan" if bool(torch.isnan(grad).any()) else "inf"
+            return total, {"param": name.removeprefix("module."), "kind": kind}
+    return total, None

@@ -1,0 +1,42 @@
+"""Schema versions of every file ddiag writes, and the check every reader applies.
+
+A file names its format and an integer major version. Minor changes only add optional
+fields, so a reader accepts any version up to the major it knows and rejects newer ones.
+"""
+
+from __future__ import annotations
+
+EVENTS = "ddiag.events"
+HEARTBEAT = "ddiag.heartbeat"
+RUN = "ddiag.run"
+
+# The major version each format is written at (and the newest a reader understands).
+VERSIONS: dict[str, int] = {
+    EVENTS: 1,
+    HEARTBEAT: 1,
+    RUN: 1,
+}
+
+
+class SchemaError(ValueError):
+    """A file's format or version is not one this ddiag can read."""
+
+
+def stamp(fmt: str) -> dict:
+    """The two fields that open every document of format ``fmt``."""
+    return {"format": fmt, "schema": VERSIONS[fmt]}
+
+
+def check(doc: dict, fmt: str, source: str) -> int:
+    """Return the document's schema version, or raise naming the file and the fix."""
+    if doc.get("format") != fmt:
+        raise SchemaError(f"{source}: expected format {fmt!r}, got {doc.get('format')!r}")
+    version = doc.get("schema")
+    if not isinstance(version, int) or version < 1:
+        raise SchemaError(f"{source}: schema must be a positive integer, got {version!r}")
+    if version > VERSIONS[fmt]:
+        raise SchemaError(
+            f"{source}: {fmt} schema {version} is newer than this ddiag reads "
+            f"({VERSIONS[fmt]}); upgrade ddiag (pip install -U ddiag)"
+        )
+    return version
