@@ -49,5 +49,9 @@ def summary(run_dir: Path, as_json: bool) -> None:
     sys.exit(0 if result.ranks else 1)
 
 
+from diag.lab.cli import lab as _lab  # noqa: E402
+main.add_command(_lab)
+
+
 if __name__ == "__main__":
     main()

@@ -140,13 +140,13 @@ class EventWriter:
     def _run(self) -> None:
         next_beat = 0.0
         while not self._closed:
-            self._wake.wait(self._flush_interval)
-            self._wake.clear()
             self.flush()
             now = time.monotonic()
             if now >= next_beat:
                 self.write_heartbeat()
                 next_beat = now + self._heartbeat_interval
+            self._wake.wait(self._flush_interval)
+            self._wake.clear()
 
     def close(self, final: dict | None = None) -> None:
         """Flush everything, append ``final`` and release the file. Safe to call twice."""

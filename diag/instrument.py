@@ -350,19 +350,34 @@ def loss_of(result) -> float | None:
     return None
 
 
+_param_cache: dict[int, tuple[Any, list]] = {}
+
+
+def _named_parameters(model) -> list:
+    """named_parameters() walks every submodule; the set of parameters of a model in
+    training does not change, so walk once per model."""
+    cached = _param_cache.get(id(model))
+    if cached is None or cached[0] is not model:
+        cached = (model, list(model.named_parameters()))
+        _param_cache[id(model)] = cached
+    return cached[1]
+
+
 def grad_check(model) -> tuple[float | None, dict | None]:
     """Total gradient norm and the first parameter whose gradient is NaN or Inf.
 
     Sharded (DTensor) gradients are checked on the local shard, so the check issues no
     collective of its own; the norm is then this rank's shard norm.
     """
-    named = [(n, p.grad) for n, p in model.named_parameters() if p.grad is not None]
+    named = [(n, p.grad) for n, p in _named_parameters(model) if p.grad is not None]
     if not named:
         return None, None
     grads = [g.to_local() if hasattr(g, "to_local") else g for _, g in named]
-    norms = [n.float() for n in torch._foreach_norm(grads)]
-    device = norms[0].device
-    total = float(torch.linalg.vector_norm(torch.stack([n.to(device) for n in norms])))
+    norms = torch._foreach_norm(grads)
+    try:
+        total = float(torch.linalg.vector_norm(torch.stack(norms).float()))
+    except RuntimeError:  # gradients spread over several devices
+        total = float(torch.linalg.vector_norm(torch.stack([n.float().cpu() for n in norms])))
     if math.isfinite(total):
         return total, None
     for (name, _), grad, norm in zip(named, grads, norms):
@@ -370,3 +385,13 @@ def grad_check(model) -> tuple[float | None, dict | None]:
             kind = "nan" if bool(torch.isnan(grad).any()) else "inf"
             return total, {"param": name.removeprefix("module."), "kind": kind}
     return total, None
+
+
+def _reset() -> None:
+    """Close the log and unwrap the collectives, so that a test can ``init`` afresh."""
+    global _state
+    from diag.collectives import uninstall
+
+    shutdown()
+    uninstall()
+    _state = None

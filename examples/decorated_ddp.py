@@ -27,6 +27,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--width", type=int, default=64)
     p.add_argument("--step-sleep", type=float, default=0.0,
                    help="extra seconds per step, to pace the loop in tests")
+    p.add_argument("--print-steps", action="store_true",
+                   help="print each finished step as a JSON line on stdout (for tests)")
     p.add_argument("--print-stats", action="store_true",
                    help="print the writer's counters as JSON on stdout at the end")
     return p.parse_args(argv)
@@ -68,12 +70,16 @@ def main(argv=None) -> None:
             x = torch.randn(args.batch, args.width, generator=gen)
             y = x.sum(dim=1, keepdim=True) * 0.1
         train_step(x, y)
+        if args.print_steps:
+            # One write per line: both ranks share the pipe when run under torchrun.
+            line = json.dumps({"rank": rank, "step": diag.current_step(), "t": time.time()})
+            os.write(1, (line + "\n").encode())
     if distributed:
         dist.barrier()
+    diag.shutdown()
     if args.print_stats:
         w = diag.writer()
         print(json.dumps({"rank": rank, "written": w.written, "dropped": w.dropped}), flush=True)
-    diag.shutdown()
     if distributed:
         dist.destroy_process_group()
 

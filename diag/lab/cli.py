@@ -1,0 +1,139 @@
+"""``ddiag lab``: the click group; parse, call ``diag.lab.cluster``, render. Nothing else."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+import click
+
+from diag.lab.spec import DEFAULT_NAME, LabError
+
+NAME_OPTION = click.option(
+    "--name", default=DEFAULT_NAME, envvar="DDIAG_LAB", show_default=True,
+    help="Lab name (env DDIAG_LAB); picks its prefix, subnet and state dir.")
+JSON_OPTION = click.option("--json", "as_json", is_flag=True,
+                           help="Print the result as JSON on stdout; logs go to stderr.")
+
+
+def _log(message: str) -> None:
+    click.echo(message, err=True)
+
+
+def _fail(err: Exception) -> None:
+    from diag.cli import fail
+
+    fail(str(err))
+
+
+@click.group()
+def lab() -> None:
+    """A real multi-node cluster on this machine: network namespaces + Slurm (root)."""
+
+
+@lab.command()
+@click.option("--nodes", default=4, show_default=True, help="Number of nodes (node1..nodeN).")
+@click.option("--slow-link", "slow_links", multiple=True, metavar="nodeK=RATE",
+              help="Throttle nodeK's link both ways with tbf, e.g. node4=200mbit. Repeatable.")
+@click.option("--broken-iface", "broken", multiple=True, metavar="nodeK",
+              help="Take nodeK's eth0 down once Slurm is up (jobs still start). Repeatable.")
+@click.option("--timeout", default=60.0, show_default=True,
+              help="Seconds to wait for every node to be idle in sinfo.")
+@NAME_OPTION
+@JSON_OPTION
+def up(nodes: int, slow_links: tuple[str, ...], broken: tuple[str, ...], timeout: float,
+       name: str, as_json: bool) -> None:
+    """Create the nodes and start Slurm; return once every node is idle."""
+    from diag.lab import cluster, spec
+
+    try:
+        lab_spec = spec.LabSpec(name=name, nodes=nodes,
+                                slow_links=spec.parse_slow_links(slow_links, nodes),
+                                broken_ifaces=spec.parse_broken_ifaces(broken, nodes))
+        cluster.up(lab_spec, timeout=timeout, log=_log)
+    except LabError as err:
+        _fail(err)
+    _render_status(cluster.status(name), as_json)
+
+
+@lab.command()
+@NAME_OPTION
+@JSON_OPTION
+def down(name: str, as_json: bool) -> None:
+    """Stop the lab's daemons and remove its namespaces, links and state dir."""
+    from diag.lab import cluster
+
+    try:
+        report = cluster.down(name, log=_log)
+    except LabError as err:
+        _fail(err)
+    if as_json:
+        from diag.cli import emit_json
+
+        emit_json(report.to_json())
+    elif not report.to_json()["found_anything"]:
+        _log(f"lab {name}: nothing to remove")
+    sys.exit(1 if report.survivors else 0)
+
+
+@lab.command()
+@NAME_OPTION
+@JSON_OPTION
+def status(name: str, as_json: bool) -> None:
+    """Show the lab's nodes, addresses, daemons and Slurm node states."""
+    from diag.lab import cluster
+
+    try:
+        result = cluster.status(name)
+    except LabError as err:
+        _fail(err)
+    _render_status(result, as_json)
+    sys.exit(0 if result.up else 1)
+
+
+@lab.command()
+@NAME_OPTION
+@JSON_OPTION
+def env(name: str, as_json: bool) -> None:
+    """Print export lines for the lab: eval "$(ddiag lab env)"."""
+    from diag.lab import cluster
+    from diag.lab.state import lab_paths, read_state
+
+    try:
+        cluster.require_prerequisites()
+        state = read_state(lab_paths(name))
+    except LabError as err:
+        _fail(err)
+    if state is None:
+        _fail(LabError(f"no lab named {name!r} is up (no {lab_paths(name).state_json}); "
+                       f"start one with 'ddiag lab up --name {name}'"))
+    values = cluster.env_vars(state)
+    if as_json:
+        from diag.cli import emit_json
+
+        emit_json(values)
+    else:
+        click.echo("\n".join(f"export {k}={shlex.quote(v)}" for k, v in values.items()))
+
+
+def _render_status(result, as_json: bool) -> None:
+    if as_json:
+        from diag.cli import emit_json
+
+        emit_json(result.to_json())
+        return
+    if result.state is None:
+        click.echo(f"lab {result.name}: not up (start it with 'ddiag lab up')")
+        return
+    layout = result.state.layout
+    click.echo(f"lab {layout.name}: {'up' if result.up else 'DEGRADED'}, {layout.subnet}, "
+               f"state in {layout.state_dir}")
+    for node in layout.nodes:
+        notes = [f"slow {node.slow_link.rate}" if node.slow_link else "",
+                 "eth0 broken" if node.broken_iface else ""]
+        click.echo(f"  {node.name:8} {node.addr:15} slurm={result.slurm_states.get(node.name, '?'):8}"
+                   f" {' '.join(n for n in notes if n)}")
+    dead = [d for d, ok in result.alive.items() if not ok]
+    if dead:
+        click.echo(f"  not running: {', '.join(dead)}; run 'ddiag lab up --name {layout.name}' "
+                   "to start it afresh")

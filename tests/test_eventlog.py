@@ -1,0 +1,172 @@
+"""The event log writer and reader: line atomicity, torn lines, full disks, signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from diag import schema
+from diag.eventlog import EventWriter, encode
+from diag.events import read_events
+from diag.rundir import RunDir, ensure_run_json
+from tests.util import EXAMPLE, quiet_env, run
+
+HEADER = {"kind": "header", **schema.stamp(schema.EVENTS), "rank": 3, "world_size": 4}
+
+
+def test_records_round_trip_with_header_and_nonfinite_values(tmp_path):
+    w = EventWriter(tmp_path / "r.jsonl", HEADER)
+    w.emit({"kind": "step", "step": 0, "loss": float("nan"), "grad_norm": float("inf")})
+    w.close({"kind": "close"})
+    segments, problems = read_events(tmp_path / "r.jsonl")
+    assert problems == []
+    assert segments[0].rank == 3
+    step = segments[0].of_kind("step")[0]
+    assert step["loss"] == "nan" and step["grad_norm"] == "inf"
+    assert segments[0].lines == [2, 3]
+
+
+def test_concurrent_writers_never_interleave_half_lines(tmp_path):
+    path = tmp_path / "shared.jsonl"
+    writers = [EventWriter(path, {**HEADER, "rank": r}) for r in range(4)]
+    blob = "x" * 3000  # records larger than a typical stdio buffer
+
+    def spam(w, r):
+        for i in range(300):
+            w.emit({"kind": "step", "rank": r, "step": i, "blob": blob})
+
+    threads = [threading.Thread(target=spam, args=(w, r)) for r, w in enumerate(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for w in writers:
+        w.close()
+    lines = path.read_bytes().splitlines()
+    assert len(lines) == 4 * 301
+    assert all(json.loads(line)["kind"] in ("header", "step") for line in lines)
+
+
+def test_torn_last_line_is_reported_not_raised(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(encode(HEADER) + encode({"kind": "step", "step": 0}) + b'{"kind": "st')
+    segments, problems = read_events(path)
+    assert [r["step"] for r in segments[0].of_kind("step")] == [0]
+    assert len(problems) == 1 and problems[0].line == 3 and "torn" in problems[0].message
+
+
+def test_corrupt_middle_line_is_skipped_with_its_line_number(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(encode(HEADER) + b"\x00\xffgarbage\n" + encode({"kind": "step", "step": 1}))
+    segments, problems = read_events(path)
+    assert segments[0].of_kind("step")[0]["step"] == 1
+    assert problems[0].line == 2 and "not valid JSON" in problems[0].message
+
+
+def test_restart_appends_a_new_segment(tmp_path):
+    path = tmp_path / "r.jsonl"
+    for pid in (100, 200):
+        w = EventWriter(path, {**HEADER, "pid": pid})
+        w.emit({"kind": "step", "step": 0})
+        w.close()
+    segments, _ = read_events(path)
+    assert [s.header["pid"] for s in segments] == [100, 200]
+
+
+def test_reader_rejects_a_newer_major_schema(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(encode({**HEADER, "schema": schema.VERSIONS[schema.EVENTS] + 1}))
+    segments, problems = read_events(path)
+    assert segments == []
+    assert "upgrade ddiag" in problems[0].message
+
+
+def test_full_disk_drops_and_counts_without_raising(tmp_path, caplog):
+    os.symlink("/dev/full", tmp_path / "full.jsonl")
+    w = EventWriter(tmp_path / "full.jsonl", HEADER)
+    for i in range(50):
+        w.emit({"kind": "step", "step": i})
+    w.close({"kind": "close"})
+    assert w.written == 0 and w.dropped == 52
+    assert sum("records are dropped" in r.message for r in caplog.records) == 1
+
+
+def test_unopenable_path_drops_and_counts(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    w = EventWriter(blocker / "events" / "r.jsonl", HEADER)  # parent is a file
+    w.emit({"kind": "step"})
+    w.close()
+    assert w.written == 0 and w.dropped == 2
+
+
+def test_heartbeat_is_replaced_whole(tmp_path):
+    beats = iter(range(10**6))
+    hb = tmp_path / "hb.json"
+    w = EventWriter(tmp_path / "r.jsonl", HEADER, heartbeat_path=hb,
+                    heartbeat=lambda: {"n": next(beats)}, heartbeat_interval=0.01,
+                    flush_interval=0.01)
+    seen = set()
+    deadline = time.time() + 2
+    while time.time() < deadline and len(seen) < 5:
+        seen.add(json.loads(hb.read_text())["n"]) if hb.exists() else None
+    w.close()
+    assert len(seen) >= 5
+
+
+def test_run_json_is_created_once_and_never_overwritten(tmp_path):
+    rd = RunDir(tmp_path).create()
+    first = ensure_run_json(rd, "run-a")
+    second = ensure_run_json(rd, "run-b")
+    assert first["run_id"] == second["run_id"] == "run-a"
+    assert json.loads(rd.run_json.read_text())["run_id"] == "run-a"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".run.json")]
+
+
+SIGNAL_CHILD = """
+import sys, time, diag.eventlog as el
+from diag import schema
+el.install_signal_flush()
+w = el.EventWriter(sys.argv[1], {"kind": "header", **schema.stamp(schema.EVENTS), "rank": 0},
+                   flush_interval=3600)
+time.sleep(0.2)  # let the writer's first pass go by; the next is an hour away
+for i in range(100):
+    w.emit({"kind": "step", "step": i})
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_and_sigint_flush_then_keep_their_meaning(tmp_path, signum):
+    path = tmp_path / "r.jsonl"
+    proc = subprocess.Popen([sys.executable, "-c", SIGNAL_CHILD, str(path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signum)
+    proc.wait(timeout=20)
+    segments, problems = read_events(path)
+    assert problems == [] and len(segments[0].of_kind("step")) == 100
+    if signum == signal.SIGTERM:
+        assert proc.returncode == -signal.SIGTERM  # still "killed by SIGTERM"
+    else:
+        assert "KeyboardInterrupt" in proc.stderr.read()
+
+
+def test_training_into_dev_full_finishes_and_counts_drops(tmp_path):
+    out = tmp_path / "run"
+    (out / "events").mkdir(parents=True)
+    os.symlink("/dev/full", out / "events" / "rank00000.jsonl")
+    res = run([sys.executable, str(EXAMPLE), "--out", str(out), "--steps", "20",
+               "--print-stats"], timeout=120, env=quiet_env())
+    assert res.returncode == 0, res.stderr[-2000:]
+    stats = json.loads(res.stdout.strip().splitlines()[-1])
+    assert stats["written"] == 0 and stats["dropped"] >= 21  # header + 20 steps at least
+    assert res.stderr.count("records are dropped") == 1

@@ -1,0 +1,146 @@
+"""The decorator in one process: step contents, spans, grad checks, collectives, safety."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import diag
+from diag import instrument
+from diag.events import read_run_events
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    instrument._reset()
+    diag.init(tmp_path)
+    yield tmp_path
+    instrument._reset()
+
+
+def records(run_dir, kind):
+    diag.shutdown()
+    logs, problems = read_run_events(run_dir)
+    assert problems == []
+    return logs[0].of_kind(kind)
+
+
+def test_step_records_shapes_loss_phases_and_grad_norm(run_dir):
+    model = torch.nn.Linear(4, 1)
+
+    @diag.log_step(model=model)
+    def step(x, batch):
+        with diag.span("forward"):
+            loss = model(x).pow(2).mean()
+        loss.backward()
+        return {"loss": loss}
+
+    with diag.span("data"):
+        x = torch.ones(8, 4)
+    step(x, batch={"ids": torch.zeros(8, 3, dtype=torch.long), "note": "not a tensor"})
+    (rec,) = records(run_dir, "step")
+    assert rec["step"] == 0 and rec["rank"] == 0
+    assert rec["args"] == [
+        {"name": "arg0", "shape": [8, 4], "dtype": "float32"},
+        {"name": "batch.ids", "shape": [8, 3], "dtype": "int64"},
+    ]
+    assert set(rec["phases"]) == {"data", "forward"}
+    expected = torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    assert rec["grad_norm"] == pytest.approx(float(expected), rel=1e-5)
+    assert rec["loss"] == pytest.approx(float(model(x).pow(2).mean().detach()), rel=1e-5)
+
+
+def test_first_nonfinite_parameter_is_named(run_dir):
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
+
+    @diag.log_step(model=model)
+    def step():
+        model(torch.ones(1, 2)).sum().backward()
+        model[1].weight.grad[0, 0] = float("inf")
+        model[1].bias.grad[0] = float("nan")
+
+    step()
+    (rec,) = records(run_dir, "step")
+    assert rec["nonfinite"] == {"param": "1.weight", "kind": "inf"}
+    assert rec["grad_norm"] == "nan"  # inf and nan together sum to nan
+
+
+def test_non_phase_span_outside_a_step_is_its_own_record(run_dir):
+    with diag.span("checkpoint"):
+        pass
+    (rec,) = records(run_dir, "span")
+    assert rec["name"] == "checkpoint" and rec["dur_s"] >= 0
+
+
+def test_user_exception_passes_through_and_is_recorded(run_dir):
+    @diag.log_step
+    def step():
+        raise ValueError("bad batch 7")
+
+    with pytest.raises(ValueError, match="bad batch 7"):
+        step()
+    (rec,) = records(run_dir, "exception")
+    assert rec["type"] == "ValueError" and "bad batch 7" in rec["traceback"]
+
+
+def test_instrumentation_errors_never_reach_training(run_dir, monkeypatch):
+    def broken(*a, **k):
+        raise RuntimeError("instrumentation bug")
+
+    monkeypatch.setattr(instrument, "arg_shapes", broken)
+
+    @diag.log_step
+    def step(x):
+        return x * 2
+
+    assert step(torch.ones(1)).item() == 2
+    assert instrument._state.internal_errors == 1
+
+
+def test_collectives_are_recorded_and_p2p_ops_still_validate(run_dir, tmp_path):
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        t = torch.ones(6)
+        dist.all_reduce(t)
+        dist.all_gather_object([None], {"a": 1})  # runs two all_gathers inside
+        dist.barrier()
+        dist.P2POp(dist.isend, t, 0)  # P2POp checks its op against the originals
+        recs = records(run_dir, "collective")
+    finally:
+        dist.destroy_process_group()
+    assert [(r["op"], r["seq"]) for r in recs] == [
+        ("all_reduce", 1), ("all_gather_object", 2), ("barrier", 3)]
+    assert recs[0]["in_numel"] == 6 and recs[0]["in_bytes"] == 24
+    assert recs[0]["torch_seq"] < recs[1]["torch_seq"] < recs[2]["torch_seq"]
+
+
+def test_disabled_by_environment(monkeypatch):
+    monkeypatch.setenv("DDIAG_DISABLE", "1")
+
+    def step():
+        return 1
+
+    assert diag.log_step(step) is step
+
+
+NO_TORCH = """
+import sys
+sys.modules["torch"] = None  # any `import torch` now raises ImportError
+from diag.cli import main
+import diag.summary, diag.events, diag.render, diag.rundir
+sys.argv = ["ddiag"] + sys.argv[1:]
+main()
+"""
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["summary", "--help"]])
+def test_cli_and_analysis_never_import_torch(args):
+    res = subprocess.run([sys.executable, "-c", NO_TORCH, *args], capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "ddiag" in res.stdout or "Usage" in res.stdout

@@ -1,0 +1,84 @@
+"""The decorator on real gloo ranks: matching collectives, step contents, SIGKILL safety."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+from diag.events import read_events, read_run_events
+from tests.util import EXAMPLE, pids_alive, quiet_env, run, torchrun_cmd
+
+
+def test_two_ddp_ranks_log_matching_collectives(tmp_path):
+    out = tmp_path / "run"
+    res = run(torchrun_cmd(2, EXAMPLE, "--out", str(out), "--steps", "12"), timeout=180)
+    assert res.returncode == 0, res.stderr[-3000:]
+    logs, problems = read_run_events(out)
+    assert problems == []
+    assert sorted(logs) == [0, 1]
+
+    def collectives(rank):
+        return [(c["group"], c["seq"], c["op"], c.get("in_numel"), c.get("in_dtype"))
+                for c in logs[rank].of_kind("collective")]
+
+    # 12 DDP bucket all_reduces (one bucket per step) plus the final barrier.
+    assert len(collectives(0)) == 13
+    assert collectives(0) == collectives(1)
+    assert [c[1] for c in collectives(0)] == list(range(1, 14))
+    for rank in (0, 1):
+        header = logs[rank].header
+        assert header["rank"] == rank and header["world_size"] == 2
+        assert header["backend"] == "gloo"
+        steps = logs[rank].of_kind("step")
+        assert [s["step"] for s in steps] == list(range(12))
+        for s in steps:
+            assert s["args"][0] == {"name": "arg0", "shape": [16, 64], "dtype": "float32"}
+            assert isinstance(s["loss"], float) and s["grad_norm"] > 0
+            assert s["nonfinite"] is None
+            assert s["ncoll"] == 1 and set(s["phases"]) >= {"data", "forward", "backward"}
+
+
+def test_sigkill_loses_nothing_older_than_a_second(tmp_path):
+    out = tmp_path / "run"
+    cmd = torchrun_cmd(2, EXAMPLE, "--out", str(out), "--steps", "100000",
+                       "--step-sleep", "0.02", "--print-steps")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env=quiet_env(), start_new_session=True)
+    announced: list[dict] = []
+
+    def reader():
+        for line in proc.stdout:
+            if line.startswith("{"):
+                announced.append(json.loads(line))
+
+    threading.Thread(target=reader, daemon=True).start()
+    try:
+        victim_pid = _wait_for_steps(out, announced, rank=1, steps=150)
+        os.kill(victim_pid, signal.SIGKILL)
+        killed_at = time.time()
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    segments, problems = read_events(out / "events" / "rank00001.jsonl")
+    on_disk = {r["step"] for r in segments[-1].of_kind("step")}
+    due = {a["step"] for a in announced if a["rank"] == 1 and a["t"] < killed_at - 1.0}
+    assert len(due) >= 30
+    assert due <= on_disk, f"lost steps {sorted(due - on_disk)}"
+    assert all("torn" in p.message for p in problems)  # at most the last line is torn
+    assert not segments[-1].of_kind("close")  # it really died without a clean shutdown
+    assert pids_alive([victim_pid]) == []
+
+
+def _wait_for_steps(out, announced, rank: int, steps: int) -> int:
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        mine = [a for a in announced if a["rank"] == rank]
+        if len(mine) >= steps:
+            return json.loads((out / "heartbeat" / f"rank{rank:05d}.json").read_text())["pid"]
+        time.sleep(0.1)
+    raise AssertionError(f"rank {rank} did not reach {steps} steps: {len(announced)} seen")
