@@ -53,5 +53,24 @@ from diag.lab.cli import lab as _lab  # noqa: E402
 main.add_command(_lab)
 
 
+@main.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON on stdout.")
+def analyze(path: Path, as_json: bool) -> None:
+    """Find the root cause in a run directory, a folder of logs, or one log file."""
+    from diag.analyze import analyze as run_analysis
+    from diag.render import render_analysis
+
+    if not path.exists():
+        fail(f"{path}: no such file or directory; pass a run directory, a folder of "
+             "logs, or a single log file")
+    result = run_analysis(path)
+    if as_json:
+        emit_json(result.to_json())
+    else:
+        render_analysis(result)
+    sys.exit(1 if result.findings else 0)
+
+
 if __name__ == "__main__":
     main()

@@ -25,13 +25,11 @@ import torch.distributed as dist
 from diag import schema
 from diag.collectives import CollectiveRecorder, ddp_recording_hook, install
 from diag.eventlog import EventWriter, install_signal_flush
+from diag.instrument_names import STEP_PHASES
 from diag.rundir import RunDir, ensure_run_json, launcher_run_id, resolve_run_dir
 
 log = logging.getLogger("ddiag")
 
-# Spans with these names that close outside a step (the usual ``for batch in loader``)
-# belong to the step that follows; any other name is an event of its own (eval, ckpt).
-STEP_PHASES = frozenset({"data", "forward", "backward", "optimizer"})
 MAX_ARG_TENSORS = 16
 
 

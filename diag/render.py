@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from diag.summary import RunSummary
+
+_SEVERITY_STYLE = {"critical": "bold red", "error": "red", "warn": "yellow", "info": "dim"}
 
 
 def _fmt(value, spec: str = "") -> str:
@@ -18,17 +21,56 @@ def render_summary(summary: RunSummary, console: Console | None = None) -> None:
     console = console or Console()
     table = Table(title=f"{summary.run_dir}  run_id={summary.run_id}  "
                         f"world_size={summary.world_size}")
-    for col in ("rank", "host", "steps", "step p50 (ms)", "collectives", "last seq",
-                "last loss", "grad norm", "exceptions", "dropped"):
-        table.add_column(col, justify="right" if col not in ("host", "last seq") else "left")
+    for col in ("rank", "host", "steps", "p50 ms", "colls", "last seq", "loss", "|grad|",
+                "exc", "drop"):
+        table.add_column(col, justify="left" if col in ("host", "last seq") else "right")
     for r in summary.ranks:
         seqs = ", ".join(f"{g or 'world'}:{s}" for g, s in r.last_seq.items())
         table.add_row(str(r.rank), _fmt(r.host), str(r.steps),
                       _fmt(r.step_p50_s and r.step_p50_s * 1000, ".1f"), str(r.collectives),
-                      seqs or "-", _fmt(r.last_loss, ".4f"), _fmt(r.last_grad_norm, ".4f"),
+                      seqs or "-", _fmt(r.last_loss, ".4g"), _fmt(r.last_grad_norm, ".4g"),
                       str(r.exceptions), _fmt(r.dropped))
     console.print(table)
     if summary.missing_ranks:
         console.print(f"[yellow]missing ranks (no event log): {summary.missing_ranks}")
     for p in summary.problems:
         console.print(f"[yellow]{p.file}:{p.line}: {p.message}")
+
+
+def render_analysis(analysis, console: Console | None = None) -> None:
+    """Top finding first, each with its culprit, evidence and fix."""
+    console = console or Console()
+    roots = [f for f in analysis.findings if f.root_cause]
+    console.print(f"[bold]ddiag analyze[/] {analysis.root}: {len(roots)} root cause(s), "
+                  f"{len(analysis.findings) - len(roots)} symptom(s) "
+                  f"in {analysis.seconds:.2f} s")
+    if not analysis.findings:
+        console.print("[green]no findings")
+    for i, f in enumerate(analysis.findings, 1):
+        sev = f.severity.name.lower()
+        role = "" if f.root_cause else " [dim](symptom)[/]"
+        console.print(f"\n[{_SEVERITY_STYLE[sev]}]{i}. {f.category.value}[/] "
+                      f"[dim]{sev}, confidence {f.confidence:.2f}[/]{role}\n   {f.title}")
+        culprit = _culprit_text(f.culprit)
+        if culprit:
+            console.print(f"   [bold]culprit:[/] {culprit}")
+        for ev in f.evidence[:6]:
+            console.print(Text(f"   {ev}", style="dim"))
+        console.print(f"   [bold]fix:[/] {f.fix}")
+    if analysis.missing_ranks:
+        console.print(f"\n[yellow]no input from ranks {analysis.missing_ranks}")
+    for p in analysis.problems[:20]:
+        console.print(Text(f"{p.file}:{p.line}: {p.message}", style="yellow"))
+
+
+def _culprit_text(c) -> str:
+    parts = []
+    if c.ranks:
+        parts.append("rank " + ", ".join(map(str, c.ranks)))
+    if c.hosts:
+        parts.append("host " + ", ".join(c.hosts))
+    if c.link:
+        parts.append(f"link {c.link[0]}<->{c.link[1]}")
+    if c.env_var:
+        parts.append(f"env {c.env_var}")
+    return "; ".join(parts)

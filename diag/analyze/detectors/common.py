@@ -1,0 +1,43 @@
+"""Small lookups several detectors share: exceptions per rank, stack dumps per rank."""
+
+from __future__ import annotations
+
+import re
+
+from diag.analyze.inputs import Inputs
+from diag.analyze.types import Evidence
+
+_RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+
+
+def exception_ranks(inputs: Inputs) -> set[int]:
+    return {rank for rank, log in inputs.events.items() if log.of_kind("exception")}
+
+
+def closed_ranks(inputs: Inputs) -> set[int]:
+    """Ranks whose event log ends with a clean shutdown."""
+    return {rank for rank, log in inputs.events.items() if log.of_kind("close")}
+
+
+def pids_by_rank(inputs: Inputs) -> dict[int, int]:
+    return {rank: log.header.get("pid") for rank, log in inputs.events.items() if log.header}
+
+
+def stack_evidence(inputs: Inputs, rank: int, frames: int = 4) -> list[Evidence]:
+    """The innermost frames of the rank's main thread, from a py-spy JSON dump whose
+    file name or pid says it is that rank's."""
+    pid = pids_by_rank(inputs).get(rank)
+    for doc in inputs.docs_of("pyspy"):
+        threads = doc.doc if isinstance(doc.doc, list) else [doc.doc]
+        match = _RANK_IN_NAME.search(doc.path.rsplit("/", 1)[-1])
+        if not ((match and int(match.group(1)) == rank) or
+                (pid is not None and any(t.get("pid") == pid for t in threads))):
+            continue
+        main = next((t for t in threads if t.get("thread_name") == "MainThread"), threads[0])
+        return [Evidence(doc.path, None, _frame_text(f)) for f in main.get("frames", [])[:frames]]
+    return []
+
+
+def _frame_text(frame: dict) -> str:
+    where = frame.get("short_filename") or frame.get("filename")
+    return f"{frame.get('name')} ({where}:{frame.get('line')})"

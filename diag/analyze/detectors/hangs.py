@@ -1,0 +1,132 @@
+"""Hangs: a rank stopped issuing collectives while its peers went on and now wait.
+
+The ranks that wait are victims; the culprit is the rank furthest behind in the
+group's sequence. Our event logs plus heartbeats are read first; Flight Recorder dumps
+are the fallback (and the only source for runs without ddiag's decorator).
+"""
+
+from __future__ import annotations
+
+from diag.analyze.detectors.common import closed_ranks, exception_ranks, stack_evidence
+from diag.analyze.inputs import Inputs
+from diag.analyze.progress import (PENDING, CollOp, by_group, from_events,
+                                   from_flight_recorder, group_members, heartbeats)
+from diag.analyze.types import Category, Culprit, Evidence, Finding, Severity
+from diag.instrument_names import STEP_PHASES
+
+
+def detect(inputs: Inputs) -> list[Finding]:
+    for source, ops in (("events", from_events(inputs)), ("fr", from_flight_recorder(inputs))):
+        found = [f for group, ranks in by_group(ops).items()
+                 for f in _hang_in_group(inputs, source, group, ranks)]
+        if found:
+            return found
+    return []
+
+
+def _hang_in_group(inputs: Inputs, source: str, group: str,
+                   ranks: dict[int, dict[int, CollOp]]) -> list[Finding]:
+    members = group_members(inputs, group, set(ranks)) | set(ranks)
+    last = {r: max(ranks.get(r, {0: None})) for r in members}
+    top = max(last.values())
+    laggards = sorted(r for r in members if last[r] < top)
+    waiting = sorted(r for r in members if _pending(ranks.get(r, {}), last[r]))
+    if not laggards or not waiting or set(laggards) & exception_ranks(inputs):
+        return []  # nobody is stuck, or a crash explains it (failures detector)
+    finished = closed_ranks(inputs) if source == "events" else set()
+    if set(laggards) <= finished:
+        return [_waiting_alone(group, waiting, ranks, laggards)]
+    behind = min(last[r] for r in laggards)
+    culprits = [r for r in laggards if last[r] == behind]
+    missed = _first_op_at(ranks, behind + 1)
+    return [_culprit_finding(inputs, source, group, culprits, missed, waiting),
+            _victim_finding(group, waiting, ranks, missed)]
+
+
+def _waiting_alone(group: str, waiting: list[int], ranks, finished: list[int]) -> Finding:
+    """The others finished cleanly and these ranks still wait in one more collective:
+    they issued a collective nobody else did (the rank-0-only barrier)."""
+    rows = [ranks[r][max(ranks[r])] for r in waiting]
+    ops = ", ".join(f"rank {row.rank}: {row.op} #{row.seq}" for row in rows)
+    return Finding(
+        category=Category.COLLECTIVE_MISMATCH, severity=Severity.CRITICAL, confidence=0.9,
+        title=(f"ranks {_ranks(waiting)} wait in a collective that ranks {_ranks(finished)} "
+               f"never issued; they finished cleanly ({ops})"),
+        culprit=Culprit(ranks=tuple(waiting)), evidence=tuple(row.evidence for row in rows),
+        fix=("the waiting rank runs a collective the others do not (e.g. a barrier inside "
+             "`if rank == 0:` such as a checkpoint save): run it on every rank or not at all"),
+        detector="hangs", details={"group": group},
+    )
+
+
+def _pending(seqs: dict[int, CollOp], last: int) -> bool:
+    return bool(seqs) and seqs[last].state == PENDING
+
+
+def _first_op_at(ranks: dict[int, dict[int, CollOp]], seq: int) -> CollOp | None:
+    return next((s[seq] for s in ranks.values() if seq in s), None)
+
+
+def _culprit_finding(inputs: Inputs, source: str, group: str, culprits: list[int],
+                     missed: CollOp | None, waiting: list[int]) -> Finding:
+    beats = heartbeats(inputs)
+    span = _open_span(beats, culprits)
+    op = f"{missed.op} #{missed.seq}" if missed else "the next collective"
+    evidence = [missed.evidence] if missed else []
+    evidence += [Evidence(beats[r]["_path"], None, _beat_text(beats[r]))
+                 for r in culprits if r in beats]
+    stacks = [e for r in culprits for e in stack_evidence(inputs, r)]
+    where = f"; its stack: {stacks[0].text}" if stacks else ""
+    busy = span is not None
+    return Finding(
+        category=Category.TIMEOUT_TOO_SHORT if busy else Category.RANK_HANG,
+        severity=Severity.CRITICAL, confidence=0.9 if source == "events" else 0.75,
+        title=(f"rank{'s' if len(culprits) > 1 else ''} {_ranks(culprits)} never joined "
+               f"{op} (group {group}); ranks {_ranks(waiting)} wait in it"
+               + (f"; busy in span '{span}'" if busy else "") + where),
+        culprit=Culprit(ranks=tuple(culprits), hosts=_hosts(inputs, culprits)),
+        evidence=tuple(evidence + stacks[:6]),
+        fix=(f"rank {culprits[0]} is busy in '{span}' longer than the process-group "
+             "timeout: raise timeout= in init_process_group, or do that work before "
+             "init / on every rank" if busy else
+             f"find why rank {culprits[0]} stopped before {op}: look at its stack "
+             "(py-spy dump --pid PID); common causes are a deadlocked DataLoader worker, "
+             "a rank-conditional code path, or a blocking I/O call"),
+        detector="hangs", details={"group": group, "source": source, "missed_seq":
+                                   missed.seq if missed else None, "waiting": waiting},
+    )
+
+
+def _victim_finding(group: str, waiting: list[int], ranks, missed: CollOp | None) -> Finding:
+    ev = [ranks[r][max(ranks[r])].evidence for r in waiting[:8]]
+    return Finding(
+        category=Category.RANK_HANG, severity=Severity.ERROR, confidence=0.9,
+        title=f"ranks {_ranks(waiting)} are waiting in group {group} (victims, not causes)",
+        culprit=Culprit(), evidence=tuple(ev), fix="nothing to fix on these ranks",
+        detector="hangs", root_cause=False, details={"waiting": waiting},
+    )
+
+
+def _open_span(beats: dict, culprits: list[int]) -> str | None:
+    for r in culprits:
+        span = (beats.get(r) or {}).get("span")
+        if span and span.get("name") not in STEP_PHASES:
+            return span.get("name")
+    return None
+
+
+def _beat_text(beat: dict) -> str:
+    span = beat.get("span") or {}
+    return (f"rank {beat.get('rank')} heartbeat: step {beat.get('step')}, "
+            f"in_step={beat.get('in_step')}, seq={beat.get('seq')}, "
+            f"pending={beat.get('pending')}, span={span.get('name')}")
+
+
+def _hosts(inputs: Inputs, ranks: list[int]) -> tuple[str, ...]:
+    hosts = {inputs.events[r].header.get("host") for r in ranks
+             if r in inputs.events and inputs.events[r].header}
+    return tuple(sorted(h for h in hosts if h))
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks))

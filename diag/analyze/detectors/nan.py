@@ -1,0 +1,56 @@
+"""NaN/Inf: the first step, rank and parameter at which values went non-finite.
+
+After one all_reduce a NaN is on every rank, so the rank that matters is the one that
+was non-finite first: the earliest step with any non-finite loss or gradient, and at
+that step the ranks whose own loss was non-finite (their forward produced it), else the
+ranks whose gradients were.
+"""
+
+from __future__ import annotations
+
+from diag.analyze.inputs import Inputs
+from diag.analyze.types import Category, Culprit, Evidence, Finding, Severity
+
+NONFINITE = {"nan", "inf", "-inf"}
+
+
+def detect(inputs: Inputs) -> list[Finding]:
+    hits = [h for rank, log in inputs.events.items() for h in _hits(rank, log)]
+    if not hits:
+        return []
+    first_step = min(h["step"] for h in hits)
+    at_first = [h for h in hits if h["step"] == first_step]
+    by_loss = sorted({h["rank"] for h in at_first if h["loss"]})
+    culprits = by_loss or sorted({h["rank"] for h in at_first})
+    everyone = len(culprits) == len(inputs.events) > 1
+    param = next((h["param"] for h in at_first if h["param"] and h["rank"] in culprits), None)
+    return [Finding(
+        category=Category.NAN_INF, severity=Severity.CRITICAL,
+        confidence=0.6 if everyone else 0.9,
+        title=(f"non-finite values first at step {first_step} on rank"
+               f"{'s' if len(culprits) > 1 else ''} {', '.join(map(str, culprits))}"
+               + (f" (first parameter: {param})" if param else "")),
+        culprit=Culprit(ranks=tuple(culprits)),
+        evidence=tuple(h["evidence"] for h in at_first if h["rank"] in culprits)[:6],
+        fix=("find what produced it on that rank at that step: its batch (bad sample, "
+             "division by zero, log of 0), the learning rate, or fp16 overflow; enable "
+             "torch.autograd.set_detect_anomaly(True) for one run, clip gradients, or use "
+             "bf16 / a GradScaler"),
+        detector="nan", first_seen=min(h["t"] or 0 for h in at_first) or None,
+        details={"step": first_step, "param": param},
+    )]
+
+
+def _hits(rank: int, log) -> list[dict]:
+    out = []
+    for rec, line in zip(log.records, log.lines):
+        if rec.get("kind") != "step":
+            continue
+        loss_bad = rec.get("loss") in NONFINITE
+        nonfinite = rec.get("nonfinite") or {}
+        if loss_bad or nonfinite:
+            out.append({"rank": rank, "step": rec.get("step", 0), "t": rec.get("t"),
+                        "loss": loss_bad, "param": nonfinite.get("param"),
+                        "evidence": Evidence(log.path, line, f"step {rec.get('step')}: "
+                                             f"loss={rec.get('loss')} nonfinite={nonfinite or None}")})
+    return out

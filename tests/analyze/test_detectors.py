@@ -1,0 +1,212 @@
+"""Detectors over structured inputs (event logs, heartbeats, Flight Recorder), built
+with record factories; no processes."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+from diag.analyze import analyze
+from tests.analyze.factories import T0, RankWriter, fr_dump, fr_entry
+
+
+def top(path):
+    result = analyze(path)
+    assert result.detector_errors == []
+    return result.findings[0] if result.findings else None, result
+
+
+def healthy(tmp_path, world=4, steps=10, late=None, data=None):
+    writers = [RankWriter(tmp_path, r, world) for r in range(world)]
+    for s in range(steps):
+        for w in writers:
+            lag = (late or {}).get(w.rank, 0.0)
+            d = (data or {}).get(w.rank, 0.01)
+            w.step_rec(t=T0 + s * 0.1 + 0.09, dur=0.1, phases={"data": d, "forward": 0.03})
+            w.coll(t=T0 + s * 0.1 + 0.05 + lag)
+    return writers
+
+
+def test_healthy_run_has_no_findings(tmp_path):
+    for w in healthy(tmp_path):
+        w.close().write()
+    finding, result = top(tmp_path)
+    assert finding is None and result.missing_ranks == []
+
+
+def test_hang_names_the_rank_that_never_joined(tmp_path):
+    writers = healthy(tmp_path)
+    for w in writers:
+        w.write()
+        if w.rank == 2:
+            w.heartbeat(span="data")  # stuck in its data loader, no collective pending
+        else:
+            w.pending()
+    finding, result = top(tmp_path)
+    assert finding.category.value == "rank_hang"
+    assert finding.culprit.ranks == (2,) and finding.culprit.hosts == ("node2",)
+    assert "rank 2 never joined all_reduce #11 (group 0)" in finding.title
+    victims = [f for f in result.findings if not f.root_cause]
+    assert victims and victims[0].details["waiting"] == [0, 1, 3]
+
+
+def test_laggard_busy_in_a_marked_span_is_a_timeout_too_short(tmp_path):
+    for w in healthy(tmp_path):
+        w.write()
+        w.heartbeat(span="prepare_data") if w.rank == 0 else w.pending()
+    finding, _ = top(tmp_path)
+    assert finding.category.value == "timeout_too_short" and finding.culprit.ranks == (0,)
+
+
+def test_extra_collective_on_one_of_two_ranks(tmp_path):
+    a, b = (RankWriter(tmp_path, r, 2) for r in range(2))
+    for _ in range(5):
+        a.coll(), b.coll()
+    a.coll(op="barrier", numel=None)  # rank 0 only: the checkpoint barrier
+    a.coll(), b.coll()
+    a.write(), b.write()
+    finding, _ = top(tmp_path)
+    assert finding.category.value == "collective_mismatch"
+    assert finding.culprit.ranks == (0,)
+
+
+def test_rank_waiting_alone_after_the_others_finished(tmp_path):
+    a, b = (RankWriter(tmp_path, r, 2) for r in range(2))
+    for _ in range(5):
+        a.coll(), b.coll()
+    a.write().pending(op="barrier")
+    b.close().write()
+    finding, _ = top(tmp_path)
+    assert finding.category.value == "collective_mismatch" and finding.culprit.ranks == (0,)
+
+
+def test_shape_mismatch_names_the_rank_with_the_novel_size(tmp_path):
+    a, b = (RankWriter(tmp_path, r, 2) for r in range(2))
+    for i in range(6):
+        a.coll(numel=4), b.coll(numel=5 if i == 3 else 4)
+    a.write(), b.write()
+    finding, _ = top(tmp_path)
+    assert finding.category.value == "shape_mismatch" and finding.culprit.ranks == (1,)
+
+
+def test_majority_decides_with_three_or_more_ranks(tmp_path):
+    ws = [RankWriter(tmp_path, r, 3) for r in range(3)]
+    for w in ws:
+        w.coll(numel=8), w.coll(numel=16 if w.rank == 2 else 8)
+        w.write()
+    finding, _ = top(tmp_path)
+    assert finding.category.value == "shape_mismatch" and finding.culprit.ranks == (2,)
+
+
+def test_all_gather_size_rule(tmp_path):
+    ws = [RankWriter(tmp_path, r, 2) for r in range(2)]
+    for w in ws:
+        w.coll(op="all_gather_into_tensor", numel=10, out_numel=20 if w.rank == 0 else 30,
+               group_size=2)
+        w.write()
+    finding, _ = top(tmp_path)
+    assert finding.category.value == "shape_mismatch" and finding.culprit.ranks == (1,)
+
+
+def test_first_failure_is_the_culprit_and_comm_errors_are_victims(tmp_path):
+    for w in healthy(tmp_path):
+        if w.rank == 2:
+            w.exception("ValueError", "bad sample 17", t=T0 + 5)
+        else:
+            w.exception("RuntimeError", "[../gloo/transport/tcp/pair.cc:534] Connection "
+                        "closed by peer [10.0.0.3]:5112", t=T0 + 4.9 + w.rank)
+        w.write()
+    finding, result = top(tmp_path)
+    assert finding.category.value == "other" and finding.culprit.ranks == (2,)
+    assert [f.root_cause for f in result.findings] == [True, False]
+
+
+def test_oom_is_named(tmp_path):
+    for w in healthy(tmp_path, world=2):
+        if w.rank == 1:
+            w.exception("OutOfMemoryError", "CUDA out of memory. Tried to allocate 2.00 GiB",
+                        t=T0 + 3)
+        w.write()
+    finding, _ = top(tmp_path)
+    assert finding.category.value == "oom" and finding.culprit.ranks == (1,)
+
+
+def test_nan_first_step_and_rank_before_it_spreads(tmp_path):
+    for w in healthy(tmp_path):
+        w.step_rec(loss="nan" if w.rank == 3 else 1.0,
+                   nonfinite={"param": "blocks.0.attn.weight", "kind": "nan"})
+        w.step_rec(loss="nan", nonfinite={"param": "embed.weight", "kind": "nan"})
+        w.write()
+    finding, _ = top(tmp_path)
+    assert finding.category.value == "nan_inf" and finding.culprit.ranks == (3,)
+    assert finding.details == {"step": 10, "param": "blocks.0.attn.weight"}
+
+
+def test_compute_straggler_arrives_last_and_waiters_are_not_blamed(tmp_path):
+    for w in healthy(tmp_path, steps=20, late={1: 0.03}):
+        w.close().write()
+    finding, result = top(tmp_path)
+    assert finding.category.value == "straggler" and finding.culprit.ranks == (1,)
+    assert finding.details["kind"] == "compute"
+    assert len(result.findings) == 1
+
+
+def test_data_straggler_is_told_apart(tmp_path):
+    for w in healthy(tmp_path, steps=20, late={3: 0.04}, data={3: 0.05}):
+        w.close().write()
+    finding, _ = top(tmp_path)
+    assert finding.culprit.ranks == (3,) and finding.details["kind"] == "data loading"
+
+
+def test_small_jitter_is_not_a_straggler(tmp_path):
+    for w in healthy(tmp_path, steps=20, late={1: 0.002}):
+        w.close().write()
+    assert top(tmp_path)[0] is None
+
+
+def test_flight_recorder_only_hang(tmp_path):
+    world = 4
+    for rank in range(world):
+        entries = [fr_entry(s) for s in range(1, 9)]
+        if rank != 3:
+            entries.append(fr_entry(9, done=False))
+        (tmp_path / f"nccl_trace_rank_{rank}").write_bytes(pickle.dumps(fr_dump(entries, world)))
+    finding, result = top(tmp_path)
+    assert finding.category.value == "rank_hang" and finding.culprit.ranks == (3,)
+    assert result.sources["fr_dumps"] == [0, 1, 2, 3]
+
+
+def test_flight_recorder_json_dump_with_gloo_empty_pg_key(tmp_path):
+    world = 2
+    for rank in range(world):
+        doc = fr_dump([fr_entry(s, op="all_reduce") for s in range(1, 4)] +
+                      ([fr_entry(4, done=False)] if rank == 0 else []), world)
+        doc["pg_config"] = {"": {"name": "", "desc": "", "ranks": "[0, 1]"}}
+        (tmp_path / f"rank{rank:05d}.json").write_text(json.dumps(doc))
+    finding, _ = top(tmp_path)
+    assert finding.category.value == "rank_hang" and finding.culprit.ranks == (1,)
+
+
+def test_missing_and_corrupt_inputs_are_reported_not_fatal(tmp_path):
+    ws = healthy(tmp_path, world=3)
+    ws[0].close().write()
+    ws[1].close().write()
+    (tmp_path / "fr").mkdir()
+    (tmp_path / "fr" / "rank00002.pkl").write_bytes(b"\x80\x04\x95garbage")
+    finding, result = top(tmp_path)
+    assert result.missing_ranks == [2]
+    assert any("corrupt pickle" in p.message for p in result.problems)
+
+
+def test_malicious_pickle_is_not_executed(tmp_path):
+    marker = tmp_path / "pwned"
+
+    class Exploit:
+        def __reduce__(self):
+            import os
+            return (os.system, (f"touch {marker}",))
+
+    (tmp_path / "nccl_trace_rank_0").write_bytes(pickle.dumps(Exploit()))
+    _, result = top(tmp_path)
+    assert not marker.exists()
+    assert any("refusing to load global" in p.message for p in result.problems)
