@@ -55,6 +55,10 @@ SPECS: dict[str, tuple] = {
     "recv_object_list": (None, None, (2, "group"), (1, "src")),
 }
 P2P_OPS = frozenset({"send", "recv", "isend", "irecv", "send_object_list", "recv_object_list"})
+# Reductions mix every rank's values: a NaN sent into one is on all ranks afterwards, so
+# the check for who sent it must look at the input before the call.
+REDUCTIONS = frozenset({"all_reduce", "reduce", "reduce_scatter", "reduce_scatter_tensor",
+                        "reduce_scatter_single", "all_reduce_coalesced"})
 
 
 def _arg(args: tuple, kwargs: dict, where: tuple | None) -> Any:
@@ -96,6 +100,8 @@ class CollectiveRecorder:
         self.pending: dict | None = None
         self.step_comm_s = 0.0
         self.step_count = 0
+        self.check_finite = False
+        self.finite_checks: list[tuple[str, int, Any]] = []
 
     def group_info(self, group) -> GroupInfo:
         pg = group if group is not None else dist.group.WORLD
@@ -158,10 +164,28 @@ class CollectiveRecorder:
             record["seq"] = self.seq[info.name]
             if peer_at is not None:
                 record["root"] = _arg(args, kwargs, peer_at)
-        record.update(describe(tensors_of(_arg(args, kwargs, in_at)), "in"))
+        inputs = tensors_of(_arg(args, kwargs, in_at))
+        record.update(describe(inputs, "in"))
+        if self.check_finite and op in REDUCTIONS:
+            self._queue_finite_check(op, record["seq"], inputs)
         record.update(describe(tensors_of(_arg(args, kwargs, out_at)), "out"))
         self.pending = {"op": op, "group": info.name, "seq": record["seq"], "t": record["t"]}
         return record, group if group is not None else dist.group.WORLD
+
+    def _queue_finite_check(self, op: str, seq: int, tensors: list) -> None:
+        """Queue an on-device all-finite flag; read at the end of the step, where the
+        gradient check syncs anyway, so this adds no device sync of its own."""
+        for t in tensors:
+            if t.is_floating_point():
+                self.finite_checks.append((op, seq, torch.isfinite(t).all()))
+
+    def first_nonfinite_sent(self) -> dict | None:
+        """The first reduction this step that this rank fed a NaN/Inf into."""
+        checks, self.finite_checks = self.finite_checks, []
+        for op, seq, flag in checks:
+            if not bool(flag):
+                return {"op": op, "seq": seq}
+        return None
 
     def _begin_batch(self, args: tuple, kwargs: dict) -> tuple[dict, Any]:
         ops = args[0] if args else kwargs.get("p2p_op_list", [])

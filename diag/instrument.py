@@ -241,7 +241,8 @@ def log_step(fn: Callable | None = None, *, model: Any = None, grad_every: int |
     def wrapper(*args, **kwargs):
         state = _get()
         try:
-            _begin_step(state, model, args, kwargs)
+            every = grad_every or state.grad_every
+            _begin_step(state, model, args, kwargs, every)
         except Exception as exc:  # noqa: BLE001
             state.internal_error("log_step", exc)
             return fn(*args, **kwargs)
@@ -251,7 +252,7 @@ def log_step(fn: Callable | None = None, *, model: Any = None, grad_every: int |
             _record_exception(state, exc)
             raise
         try:
-            _end_step(state, model, grad_every or state.grad_every, result)
+            _end_step(state, model, every, result)
         except Exception as exc:  # noqa: BLE001
             state.internal_error("log_step", exc)
         return result
@@ -259,7 +260,7 @@ def log_step(fn: Callable | None = None, *, model: Any = None, grad_every: int |
     return wrapper
 
 
-def _begin_step(state: _State, model, args: tuple, kwargs: dict) -> None:
+def _begin_step(state: _State, model, args: tuple, kwargs: dict, grad_every: int) -> None:
     state.open_writer()
     if model is not None and id(model) not in state.hooked_models:
         _hook_ddp(state, model)
@@ -271,6 +272,7 @@ def _begin_step(state: _State, model, args: tuple, kwargs: dict) -> None:
     state.pending_phases = {}
     state.recorder.step_comm_s = 0.0
     state.recorder.step_count = 0
+    state.recorder.check_finite = model is not None and state.step % grad_every == 0
     state._args = arg_shapes(args, kwargs)
 
 
@@ -283,6 +285,8 @@ def _end_step(state: _State, model, grad_every: int, result) -> None:
            "comm_s": round(state.recorder.step_comm_s, 7), "ncoll": state.recorder.step_count}
     if model is not None and state.step % grad_every == 0:
         rec["grad_norm"], rec["nonfinite"] = grad_check(model)
+        rec["sent_nonfinite"] = state.recorder.first_nonfinite_sent()
+    state.recorder.check_finite = False
     state.in_step = False
     state.last_step_end = now
     state.emit(rec)

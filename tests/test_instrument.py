@@ -144,3 +144,23 @@ def test_cli_and_analysis_never_import_torch(args):
                          text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert "ddiag" in res.stdout or "Usage" in res.stdout
+
+
+def test_rank_feeding_nan_into_a_reduction_is_recorded(run_dir, tmp_path):
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    model = torch.nn.Linear(2, 1)
+    try:
+        @diag.log_step(model=model)
+        def step(poison: bool):
+            model(torch.ones(1, 2)).sum().backward()
+            dist.all_reduce(torch.ones(3))
+            dist.all_reduce(torch.tensor([float("nan")]) if poison else torch.ones(1))
+
+        step(False)
+        step(True)
+        recs = records(run_dir, "step")
+    finally:
+        dist.destroy_process_group()
+    assert recs[0]["sent_nonfinite"] is None
+    assert recs[1]["sent_nonfinite"] == {"op": "all_reduce", "seq": 4}

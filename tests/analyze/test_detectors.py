@@ -210,3 +210,12 @@ def test_malicious_pickle_is_not_executed(tmp_path):
     _, result = top(tmp_path)
     assert not marker.exists()
     assert any("refusing to load global" in p.message for p in result.problems)
+
+
+def test_nan_sent_into_a_reduction_beats_a_spread_loss(tmp_path):
+    for w in healthy(tmp_path, world=2):
+        w.step_rec(loss="nan", nonfinite={"param": "w", "kind": "nan"},
+                   sent_nonfinite={"op": "all_reduce", "seq": 11} if w.rank == 1 else None)
+        w.write()
+    finding, _ = top(tmp_path)
+    assert finding.category.value == "nan_inf" and finding.culprit.ranks == (1,)

@@ -2,8 +2,9 @@
 
 After one all_reduce a NaN is on every rank, so the rank that matters is the one that
 was non-finite first: the earliest step with any non-finite loss or gradient, and at
-that step the ranks whose own loss was non-finite (their forward produced it), else the
-ranks whose gradients were.
+that step the ranks that fed a NaN/Inf into a reduction (the decorator checks inputs of
+all_reduce/reduce_scatter before the call), else those whose own loss was non-finite
+(their forward produced it), else those whose gradients were.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ def detect(inputs: Inputs) -> list[Finding]:
         return []
     first_step = min(h["step"] for h in hits)
     at_first = [h for h in hits if h["step"] == first_step]
+    by_sent = sorted({h["rank"] for h in at_first if h["sent"]})
     by_loss = sorted({h["rank"] for h in at_first if h["loss"]})
-    culprits = by_loss or sorted({h["rank"] for h in at_first})
+    culprits = by_sent or by_loss or sorted({h["rank"] for h in at_first})
     everyone = len(culprits) == len(inputs.events) > 1
     param = next((h["param"] for h in at_first if h["param"] and h["rank"] in culprits), None)
     return [Finding(
@@ -48,9 +50,11 @@ def _hits(rank: int, log) -> list[dict]:
             continue
         loss_bad = rec.get("loss") in NONFINITE
         nonfinite = rec.get("nonfinite") or {}
-        if loss_bad or nonfinite:
+        sent = rec.get("sent_nonfinite")
+        if loss_bad or nonfinite or sent:
             out.append({"rank": rank, "step": rec.get("step", 0), "t": rec.get("t"),
-                        "loss": loss_bad, "param": nonfinite.get("param"),
+                        "loss": loss_bad, "param": nonfinite.get("param"), "sent": sent,
                         "evidence": Evidence(log.path, line, f"step {rec.get('step')}: "
-                                             f"loss={rec.get('loss')} nonfinite={nonfinite or None}")})
+                                             f"loss={rec.get('loss')} nonfinite={nonfinite or None} "
+                                             f"sent_nonfinite={sent}")})
     return out
