@@ -58,6 +58,8 @@ class Inputs:
     docs: list[JsonDoc] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     signals: list[Signal] = field(default_factory=list)
+    # Derived views several detectors share (e.g. per-rank collectives), built once.
+    cache: dict = field(default_factory=dict, repr=False)
 
     def docs_of(self, kind: str) -> list[JsonDoc]:
         return [d for d in self.docs if d.kind == kind]
@@ -163,7 +165,8 @@ def _load_pickle(file: Path, inputs: Inputs) -> None:
 def _classify(file: Path, doc: object, inputs: Inputs) -> None:
     if isinstance(doc, dict) and isinstance(doc.get("entries"), list) and "version" in doc:
         rank = fr_rank(file, doc)
-        inputs.fr[rank if rank is not None else -len(inputs.fr) - 1] = FRDump(str(file), rank, doc)
+        key = rank if rank is not None else -len(inputs.fr) - 1
+        inputs.fr[key] = FRDump(str(file), rank, _normalise_fr(doc, file, inputs))
     elif isinstance(doc, dict) and str(doc.get("format", "")).startswith("ddiag."):
         inputs.docs.append(JsonDoc(str(file), doc["format"], doc))
     elif isinstance(doc, dict) and isinstance(doc.get("message"), (dict, str)) and (
@@ -173,6 +176,18 @@ def _classify(file: Path, doc: object, inputs: Inputs) -> None:
         inputs.docs.append(JsonDoc(str(file), "pyspy", doc))
     else:
         inputs.docs.append(JsonDoc(str(file), "json", doc))
+
+
+def _normalise_fr(doc: dict, file: Path, inputs: Inputs) -> dict:
+    """Keep only the parts of a dump with the shapes torch writes; note what was not."""
+    entries = [e for e in doc["entries"] if isinstance(e, dict)]
+    pg_config = doc.get("pg_config")
+    pg_config = {str(k): v for k, v in pg_config.items() if isinstance(v, dict)} \
+        if isinstance(pg_config, dict) else {}
+    dropped = len(doc["entries"]) - len(entries)
+    if dropped:
+        inputs.problems.append(Problem(str(file), None, f"{dropped} malformed entries skipped"))
+    return {**doc, "entries": entries, "pg_config": pg_config}
 
 
 def _looks_like_pyspy(doc: object) -> bool:

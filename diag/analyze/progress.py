@@ -19,9 +19,13 @@ PENDING = "pending"
 DONE = "done"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class CollOp:
-    """One collective as one rank issued it. ``t`` is the wall time it was issued."""
+    """One collective as one rank issued it. ``t`` is the wall time it was issued.
+
+    Built for every collective of every rank (10^6 of them at 512 ranks), so it is a
+    slotted class whose evidence text is only composed when a finding quotes it.
+    """
 
     rank: int
     group: str
@@ -33,56 +37,93 @@ class CollOp:
     group_size: int | None
     state: str
     t: float | None
-    evidence: Evidence
+    file: str
+    line: int | None
+    note: str = ""
 
     @property
     def signature(self) -> tuple:
         return (self.op, self.in_numel, self.out_numel, self.dtype)
 
+    @property
+    def evidence(self) -> Evidence:
+        text = self.note or (f"{self.op} group={self.group} seq={self.seq} "
+                             f"numel={self.in_numel} dtype={self.dtype}")
+        return Evidence(self.file, self.line, text)
+
 
 def from_events(inputs: Inputs) -> dict[int, list[CollOp]]:
-    """rank -> its non-p2p collectives in issue order, the pending one (if any) last."""
+    """rank -> its non-p2p collectives in issue order, the pending one (if any) last.
+    Computed once per ``Inputs``: every detector asks."""
+    cached = inputs.cache.get("events_ops")
+    if cached is None:
+        cached = inputs.cache["events_ops"] = _events_ops(inputs)
+    return cached
+
+
+def _events_ops(inputs: Inputs) -> dict[int, list[CollOp]]:
     beats = heartbeats(inputs)
     out: dict[int, list[CollOp]] = {}
     for rank, log in inputs.events.items():
         ops = [_from_record(rank, r, log.path, line) for r, line in zip(log.records, log.lines)
                if r.get("kind") == "collective" and not r.get("p2p")]
         pending = (beats.get(rank) or {}).get("pending")
-        if pending and not _has(ops, pending):
+        if isinstance(pending, dict) and not _has(ops, pending):
             ops.append(_from_pending(rank, pending, beats[rank]))
         out[rank] = ops
     return out
 
 
+def as_int(value, default: int = 0) -> int:
+    """Integers from hostile input: anything that is not one becomes ``default``."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _number(value):
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _str(value) -> str | None:
+    return None if value is None else str(value)
+
+
 def _from_record(rank: int, r: dict, path: str, line: int) -> CollOp:
-    text = f"{r.get('op')} group={r.get('group')} seq={r.get('seq')} numel={r.get('in_numel')}"
-    return CollOp(rank, str(r.get("group", "")), int(r.get("seq", 0)), str(r.get("op")),
-                  r.get("in_numel"), r.get("out_numel"), r.get("in_dtype"),
-                  r.get("group_size"), DONE, r.get("t"), Evidence(path, line, text))
+    get = r.get
+    return CollOp(rank, str(get("group", "")), as_int(get("seq")), str(get("op")),
+                  _number(get("in_numel")), _number(get("out_numel")), _str(get("in_dtype")),
+                  _number(get("group_size")), DONE, _number(get("t")), path, line)
 
 
 def _from_pending(rank: int, p: dict, beat: dict) -> CollOp:
     text = (f"rank {rank} inside {p.get('op')} group={p.get('group')} seq={p.get('seq')} "
             f"since t={p.get('t')}")
-    return CollOp(rank, str(p.get("group", "")), int(p.get("seq", 0)), str(p.get("op")),
-                  None, None, None, None, PENDING, p.get("t"),
-                  Evidence(beat.get("_path", "heartbeat"), None, text))
+    return CollOp(rank, str(p.get("group", "")), as_int(p.get("seq")), str(p.get("op")),
+                  None, None, None, None, PENDING, _number(p.get("t")),
+                  beat.get("_path", "heartbeat"), None, text)
 
 
 def _has(ops: list[CollOp], pending: dict) -> bool:
-    return any(o.group == str(pending.get("group")) and o.seq == pending.get("seq") for o in ops)
+    group, seq = str(pending.get("group")), pending.get("seq")
+    return any(o.group == group and o.seq == seq for o in reversed(ops[-64:]))
 
 
 def heartbeats(inputs: Inputs) -> dict[int, dict]:
     beats = {}
     for doc in inputs.docs_of("ddiag.heartbeat"):
-        if isinstance(doc.doc.get("rank"), int):
+        if isinstance(doc.doc, dict) and isinstance(doc.doc.get("rank"), int):
             beats[doc.doc["rank"]] = {**doc.doc, "_path": doc.path}
     return beats
 
 
 def from_flight_recorder(inputs: Inputs) -> dict[int, list[CollOp]]:
     """rank -> its non-p2p Flight Recorder entries, in record order."""
+    cached = inputs.cache.get("fr_ops")
+    if cached is None:
+        cached = inputs.cache["fr_ops"] = _fr_ops(inputs)
+    return cached
+
+
+def _fr_ops(inputs: Inputs) -> dict[int, list[CollOp]]:
     out: dict[int, list[CollOp]] = {}
     for rank, dump in inputs.fr.items():
         if dump.rank is None:
@@ -96,16 +137,17 @@ def from_flight_recorder(inputs: Inputs) -> dict[int, list[CollOp]]:
 def _from_entry(rank: int, e: dict, path: str, index: int) -> CollOp:
     name = str(e.get("profiling_name", "?"))
     op = name.split(":", 1)[-1]
-    pg = e.get("process_group") or ("", "")
+    pg = e.get("process_group")
+    pg = pg if isinstance(pg, (list, tuple)) and pg else ("", "")
     done = e.get("state") == "completed" or bool(e.get("retired"))
     text = (f"entries[{index}] {name} pg={pg[0]} seq={e.get('collective_seq_id')} "
             f"in={e.get('input_sizes')} state={e.get('state')} retired={e.get('retired')}")
     created = e.get("time_created_ns")
-    return CollOp(rank, str(pg[0]), int(e.get("collective_seq_id") or 0), op,
+    return CollOp(rank, str(pg[0]), as_int(e.get("collective_seq_id")), op,
                   _numel(e.get("input_sizes")), _numel(e.get("output_sizes")),
-                  _first(e.get("input_dtypes")), None, DONE if done else PENDING,
-                  created / 1e9 if isinstance(created, (int, float)) else None,
-                  Evidence(path, None, text))
+                  _str(_first(e.get("input_dtypes"))), None, DONE if done else PENDING,
+                  created / 1e9 if _number(created) is not None else None,
+                  path, None, text)
 
 
 def _numel(sizes) -> int | None:
@@ -113,7 +155,7 @@ def _numel(sizes) -> int | None:
         return None
     try:
         return sum(math.prod(s) for s in sizes)
-    except TypeError:
+    except (TypeError, ValueError, OverflowError):
         return None
 
 
