@@ -26,9 +26,9 @@ demo: $(STAMP)
 	  examples/decorated_ddp.py --out $(RUN_DIR) --steps 50
 	$(VENV)/bin/ddiag summary $(RUN_DIR)
 
-# The lab tests need Slurm, munge and root; the install script is a no-op when present.
+# The lab tests need Slurm, munge and root, the HTML test Chromium; no-ops when present.
 lab-deps:
-	@if [ "$$(id -u)" = 0 ] && [ -x .ci/install-lab-deps.sh ]; then .ci/install-lab-deps.sh; fi
+	@if [ "$$(id -u)" = 0 ]; then .ci/install-lab-deps.sh && .ci/install-browser.sh; fi
 
 test: $(STAMP) lab-deps
 	$(VENV)/bin/pytest -q $(PYTEST_ARGS)

@@ -56,7 +56,11 @@ main.add_command(_lab)
 @main.command()
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON on stdout.")
-def analyze(path: Path, as_json: bool) -> None:
+@click.option("--html", "html_out", type=click.Path(path_type=Path),
+              help="Also write a self-contained HTML report (findings and plots) here.")
+@click.option("--trace", "trace_out", type=click.Path(path_type=Path),
+              help="Also write a Chrome trace-event JSON of all ranks here (open in Perfetto).")
+def analyze(path: Path, as_json: bool, html_out: Path | None, trace_out: Path | None) -> None:
     """Find the root cause in a run directory, a folder of logs, or one log file."""
     from diag.analyze import analyze as run_analysis
     from diag.render import render_analysis
@@ -64,12 +68,29 @@ def analyze(path: Path, as_json: bool) -> None:
     if not path.exists():
         fail(f"{path}: no such file or directory; pass a run directory, a folder of "
              "logs, or a single log file")
+    for out in (html_out, trace_out):
+        if out is not None and out.exists():
+            fail(f"{out} already exists; ddiag never overwrites a file: pass a new path")
     result = run_analysis(path)
+    _write_reports(result, html_out, trace_out)
     if as_json:
         emit_json(result.to_json())
     else:
         render_analysis(result)
     sys.exit(1 if result.findings else 0)
+
+
+def _write_reports(result, html_out: Path | None, trace_out: Path | None) -> None:
+    if html_out is not None:
+        from diag.report.html import render_html
+
+        html_out.write_text(render_html(result, result.inputs))
+        click.echo(f"ddiag: wrote {html_out}", err=True)
+    if trace_out is not None:
+        from diag.report.trace import build_trace
+
+        trace_out.write_text(json.dumps(build_trace(result.inputs)))
+        click.echo(f"ddiag: wrote {trace_out}", err=True)
 
 
 if __name__ == "__main__":

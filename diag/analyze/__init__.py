@@ -28,6 +28,7 @@ class Analysis:
     missing_ranks: list[int]
     seconds: float
     detector_errors: list[str] = field(default_factory=list)
+    inputs: Inputs | None = field(default=None, repr=False)  # for the trace and HTML renderers
 
     @property
     def problems_found(self) -> list[Finding]:
@@ -80,4 +81,4 @@ def analyze(path) -> Analysis:
     inputs = load(path)
     findings, errors = run_detectors(inputs)
     return Analysis(str(path), rank_findings(findings), inputs.problems, sources_of(inputs),
-                    missing_ranks(inputs), time.monotonic() - start, errors)
+                    missing_ranks(inputs), time.monotonic() - start, errors, inputs)

@@ -1,0 +1,1 @@
+"""Renderers of an Analysis for people and tools: Chrome trace, HTML page."""
