@@ -6,7 +6,8 @@ set -euo pipefail
 # command -> Debian package that provides it
 declare -A needed=(
     [slurmctld]=slurm-wlm [slurmd]=slurm-wlm [srun]=slurm-wlm [sinfo]=slurm-wlm
-    [munged]=munge [ip]=iproute2 [tc]=iproute2 [nsenter]=util-linux
+    [munged]=munge [ip]=iproute2 [tc]=iproute2
+    [nsenter]=util-linux [unshare]=util-linux [runuser]=util-linux
 )
 missing=()
 for cmd in "${!needed[@]}"; do

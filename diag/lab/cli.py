@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import shlex
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from diag.lab.spec import DEFAULT_NAME, LabError
+
+if TYPE_CHECKING:
+    from diag.lab.cluster import LabStatus
+    from diag.lab.state import LabState
 
 NAME_OPTION = click.option(
     "--name", default=DEFAULT_NAME, envvar="DDIAG_LAB", show_default=True,
@@ -51,9 +56,10 @@ def up(nodes: int, slow_links: tuple[str, ...], broken: tuple[str, ...], timeout
                                 slow_links=spec.parse_slow_links(slow_links, nodes),
                                 broken_ifaces=spec.parse_broken_ifaces(broken, nodes))
         cluster.up(lab_spec, timeout=timeout, log=_log)
+        result = cluster.status(name)
     except LabError as err:
         _fail(err)
-    _render_status(cluster.status(name), as_json)
+    _render_status(result, as_json)
 
 
 @lab.command()
@@ -71,9 +77,11 @@ def down(name: str, as_json: bool) -> None:
         from diag.cli import emit_json
 
         emit_json(report.to_json())
-    elif not report.to_json()["found_anything"]:
+    elif not report.found_anything:
         _log(f"lab {name}: nothing to remove")
-    sys.exit(1 if report.survivors else 0)
+    if report.left_behind:
+        _fail(LabError(f"lab {name}: could not remove {', '.join(report.left_behind)}; "
+                       "check 'ip link', 'ip netns list' and 'ps', then run down again"))
 
 
 @lab.command()
@@ -97,17 +105,11 @@ def status(name: str, as_json: bool) -> None:
 def env(name: str, as_json: bool) -> None:
     """Print export lines for the lab: eval "$(ddiag lab env)"."""
     from diag.lab import cluster
-    from diag.lab.state import lab_paths, read_state
 
     try:
-        cluster.require_prerequisites()
-        state = read_state(lab_paths(name))
+        values = cluster.env_vars(_state_of(name))
     except LabError as err:
         _fail(err)
-    if state is None:
-        _fail(LabError(f"no lab named {name!r} is up (no {lab_paths(name).state_json}); "
-                       f"start one with 'ddiag lab up --name {name}'"))
-    values = cluster.env_vars(state)
     if as_json:
         from diag.cli import emit_json
 
@@ -116,24 +118,40 @@ def env(name: str, as_json: bool) -> None:
         click.echo("\n".join(f"export {k}={shlex.quote(v)}" for k, v in values.items()))
 
 
-def _render_status(result, as_json: bool) -> None:
+def _state_of(name: str) -> LabState:
+    from diag.lab import cluster
+    from diag.lab.state import lab_paths, read_state
+
+    cluster.require_prerequisites()
+    state = read_state(lab_paths(name))
+    if state is None:
+        raise LabError(f"no lab named {name!r} is up (no {lab_paths(name).state_json}); "
+                       f"start one with 'ddiag lab up --name {name}'")
+    return state
+
+
+def _render_status(result: LabStatus, as_json: bool) -> None:
     if as_json:
         from diag.cli import emit_json
 
         emit_json(result.to_json())
-        return
+    else:
+        click.echo("\n".join(_status_lines(result)))
+
+
+def _status_lines(result: LabStatus) -> list[str]:
     if result.state is None:
-        click.echo(f"lab {result.name}: not up (start it with 'ddiag lab up')")
-        return
+        return [f"lab {result.name}: not up (start it with 'ddiag lab up --name {result.name}')"]
     layout = result.state.layout
-    click.echo(f"lab {layout.name}: {'up' if result.up else 'DEGRADED'}, {layout.subnet}, "
-               f"state in {layout.state_dir}")
+    lines = [f"lab {layout.name}: {'up' if result.up else 'DEGRADED'}, {layout.subnet}, "
+             f"state in {layout.state_dir}"]
     for node in layout.nodes:
-        notes = [f"slow {node.slow_link.rate}" if node.slow_link else "",
-                 "eth0 broken" if node.broken_iface else ""]
-        click.echo(f"  {node.name:8} {node.addr:15} slurm={result.slurm_states.get(node.name, '?'):8}"
-                   f" {' '.join(n for n in notes if n)}")
+        notes = ([f"slow {node.slow_link.rate}"] if node.slow_link else []) + (
+            ["eth0 broken"] if node.broken_iface else [])
+        slurm_state = result.slurm_states.get(node.name, "?")
+        lines.append(f"  {node.name:8} {node.addr:15} slurm={slurm_state:8} {' '.join(notes)}")
     dead = [d for d, ok in result.alive.items() if not ok]
     if dead:
-        click.echo(f"  not running: {', '.join(dead)}; run 'ddiag lab up --name {layout.name}' "
-                   "to start it afresh")
+        lines.append(f"  not running: {', '.join(dead)}; run 'ddiag lab up --name "
+                     f"{layout.name}' to start it afresh")
+    return lines

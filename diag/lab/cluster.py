@@ -9,7 +9,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -22,7 +22,8 @@ from diag.lab.state import LabPaths, LabState, lab_paths, read_state, to_json, w
 Log = Callable[[str], None]
 ROOT_MESSAGE = ("ddiag lab needs root to create network namespaces; "
                 "run as root or with sudo")
-INSTALL_HINT = "install them with .ci/install-lab-deps.sh (apt-get install -y slurm-wlm munge iproute2)"
+INSTALL_HINT = ("install them with .ci/install-lab-deps.sh "
+                "(apt-get install -y slurm-wlm munge iproute2)")
 
 
 def _quiet(message: str) -> None:
@@ -49,6 +50,9 @@ def require_prerequisites() -> None:
 def labs_lock() -> Iterator[None]:
     """One up/down at a time on this host, so two labs never race for a subnet or port."""
     STATE_ROOT.mkdir(parents=True, exist_ok=True)
+    # 0755 whatever the umask: munged (user munge) must traverse it, and refuses a socket
+    # under a group- or world-writable dir.
+    STATE_ROOT.chmod(0o755)
     fd = os.open(STATE_ROOT, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -66,14 +70,17 @@ class DownReport:
     netns: tuple[str, ...]
     links: tuple[str, ...]
     state_dir: str | None
-    survivors: tuple[int, ...] = ()
-    """Pids still running after SIGKILL (should never happen)."""
+    left_behind: tuple[str, ...] = ()
+    """What could not be removed (``pid 12``, ``link ddl0610-br``); should stay empty."""
+
+    @property
+    def found_anything(self) -> bool:
+        return bool(self.killed or self.netns or self.links or self.state_dir)
 
     def to_json(self) -> dict:
         return {"name": self.name, "killed": list(self.killed), "netns": list(self.netns),
                 "links": list(self.links), "state_dir": self.state_dir,
-                "survivors": list(self.survivors),
-                "found_anything": bool(self.killed or self.netns or self.links or self.state_dir)}
+                "left_behind": list(self.left_behind), "found_anything": self.found_anything}
 
 
 def down(name: str, log: Log = _quiet) -> DownReport:
@@ -81,7 +88,9 @@ def down(name: str, log: Log = _quiet) -> DownReport:
     needed, so this also cleans a killed run). Doing it twice is harmless."""
     require_prerequisites()
     with labs_lock():
-        return _down(name, log)
+        report = _down(name, log)
+        _remove_empty_root()
+    return report
 
 
 def _down(name: str, log: Log) -> DownReport:
@@ -93,12 +102,16 @@ def _down(name: str, log: Log) -> DownReport:
     had_dir = paths.root.is_dir()
     if had_dir:
         shutil.rmtree(paths.root)
-    _remove_empty_root()
     report = DownReport(name, tuple(pids), tuple(removed_ns), tuple(removed_links),
-                        str(paths.root) if had_dir else None, tuple(survivors))
-    log(f"lab {name}: stopped {len(pids)} processes, removed {len(removed_ns)} namespaces, "
-        f"{len(removed_links)} links" + (f", {paths.root}" if had_dir else ""))
+                        str(paths.root) if had_dir else None, _left_behind(prefix, survivors))
+    if report.found_anything:
+        log(f"lab {name}: removed {_summary(report)}" + (f", {paths.root}" if had_dir else ""))
     return report
+
+
+def _left_behind(prefix: str, survivors: list[int]) -> tuple[str, ...]:
+    left = [f"pid {p}" for p in survivors] + [f"netns {n}" for n in netns.lab_netns(prefix)]
+    return tuple(left + [f"link {n}" for n in netns.lab_links(prefix)])
 
 
 def _remove_empty_root() -> None:
@@ -111,31 +124,26 @@ def _remove_empty_root() -> None:
 def check_prefix_free(spec: LabSpec) -> None:
     """Two names could hash to one prefix; refuse rather than share (and later delete)."""
     prefix = lab_prefix(spec.name)
-    for other in STATE_ROOT.glob("*/state.json"):
-        state = read_state(LabPaths(other.parent))
-        if state and state.layout.name != spec.name and state.layout.prefix == prefix:
-            raise LabError(f"lab name {spec.name!r} shares prefix {prefix} with running lab "
-                           f"{state.layout.name!r}; pick another --name")
-
-
-def refuse_if_running(spec: LabSpec) -> None:
-    state = read_state(lab_paths(spec.name))
-    pid = state.pids.get("slurmctld") if state else None
-    if pid and procs.alive(pid):
-        raise LabError(f"lab {spec.name} is already up (slurmctld pid {pid}); run "
-                       f"'ddiag lab down --name {spec.name}' first, or pick another --name")
+    others = STATE_ROOT.iterdir() if STATE_ROOT.is_dir() else []
+    for other in others:
+        if other.is_dir() and other.name != spec.name and lab_prefix(other.name) == prefix:
+            raise LabError(f"lab name {spec.name!r} shares prefix {prefix} with lab "
+                           f"{other.name!r} ({other}); pick another --name")
 
 
 def up(spec: LabSpec, timeout: float = 60.0, log: Log = _quiet) -> LabState:
     """Bring lab ``spec`` up: network, munge, Slurm; return once sinfo shows all idle.
-    Leftovers of a killed run of the same lab are removed first; a failure removes all."""
+
+    Whatever exists of a lab of that name -- the leftovers of a killed run, or a lab that
+    is still up -- is removed first, so ``up`` always starts from nothing (a killed test
+    session's lab must not block the next one). A failure removes everything it made.
+    """
     require_prerequisites()
     with labs_lock():
-        refuse_if_running(spec)
         check_prefix_free(spec)
-        stale = _down(spec.name, _quiet)
-        if stale.to_json()["found_anything"]:
-            log(f"lab {spec.name}: removed leftovers of an earlier run ({_summary(stale)})")
+        earlier = _down(spec.name, _quiet)
+        if earlier.found_anything:
+            log(f"lab {spec.name}: removed an earlier run of it ({_summary(earlier)})")
         return _up_or_clean(spec, timeout, log)
 
 
@@ -144,23 +152,27 @@ def _summary(report: DownReport) -> str:
             f"{len(report.links)} links")
 
 
-def _up_or_clean(spec: LabSpec, timeout: float, log: Log) -> LabState:
-    start = time.monotonic()
+def _plan(spec: LabSpec) -> LabState:
     octet = pick_octet(preferred_octet(spec.name), netns.used_ipv4_networks())
     layout = plan(spec, octet, slurm.pick_ctld_port(octet))
-    state = LabState(layout=layout, created=datetime.now(timezone.utc).isoformat())
+    return LabState(layout=layout, created=datetime.now(timezone.utc).isoformat())
+
+
+def _up_or_clean(spec: LabSpec, timeout: float, log: Log) -> LabState:
+    start, state = time.monotonic(), _plan(spec)
+    state_dir = state.layout.state_dir
     try:
-        layout.state_dir.mkdir(parents=True)
+        state_dir.mkdir()
+        state_dir.chmod(0o755)
         write_state(state)  # first, so a killed `up` is found and cleaned by name
         state = _start(state, timeout, log)
     except BaseException as err:
-        kept = _keep_logs(LabPaths(layout.state_dir))
+        kept = _keep_logs(LabPaths(state_dir))
         _down(spec.name, _quiet)
         if isinstance(err, LabError) and kept:
             raise LabError(f"{err}\n(all logs copied to {kept})") from None
         raise
-    state = LabState(layout=layout, created=state.created, pids=state.pids,
-                     up_seconds=round(time.monotonic() - start, 2))
+    state = replace(state, up_seconds=round(time.monotonic() - start, 2))
     write_state(state)
     return state
 
@@ -175,7 +187,7 @@ def _start(state: LabState, timeout: float, log: Log) -> LabState:
     pids["slurmctld"] = slurm.start_slurmctld(paths)
     for node in layout.nodes:
         pids[f"slurmd:{node.name}"] = slurm.start_slurmd(node, paths)
-    state = LabState(layout=layout, created=state.created, pids=pids)
+    state = replace(state, pids=pids)
     write_state(state)
     waited = slurm.wait_idle(layout, paths, timeout)
     log(f"lab {layout.name}: slurm up, every node idle after {waited:.1f}s")
@@ -234,9 +246,10 @@ def status(name: str) -> LabStatus:
         return LabStatus(name, None, {}, {}, {})
     alive = {d: procs.alive(pid) for d, pid in state.pids.items()}
     present = set(netns.netns_names())
+    # sinfo retries a dead controller for ~10 s; don't ask it when we know.
+    states = slurm.node_states(paths) if alive.get("slurmctld") else {}
     return LabStatus(name, state, alive,
-                     {n.name: n.netns in present for n in state.layout.nodes},
-                     slurm.node_states(paths))
+                     {n.name: n.netns in present for n in state.layout.nodes}, states)
 
 
 def env_vars(state: LabState) -> dict[str, str]:

@@ -2,7 +2,8 @@
 
 A process belongs to a lab when its command line names a path in the lab's state dir
 (munged, slurmctld, slurmd all do), when it lives in one of the lab's network namespaces
-(job steps, tasks, tools run on a node), or when it descends from one of those.
+(job steps, tasks, tools run on a node), when it descends from one of those, or when it
+is a Slurm client (srun, salloc...) whose SLURM_CONF is the lab's.
 """
 
 from __future__ import annotations
@@ -79,8 +80,36 @@ def select(procs: list[ProcInfo], state_dir: Path, netns_inodes: set[int]) -> li
     return sorted(mine - {os.getpid(), os.getppid()})
 
 
+SLURM_CLIENTS = frozenset({"srun", "salloc", "sbatch", "sattach", "squeue", "sinfo",
+                           "scontrol", "scancel", "sstat"})
+
+
+def is_lab_client(argv: tuple[str, ...], environ: bytes, slurm_conf: Path) -> bool:
+    """A Slurm client (srun...) talking to this lab: once the lab is gone it would hang,
+    ignoring SIGTERM. Only client binaries: a shell that ran ``eval "$(ddiag lab env)"``
+    has the same SLURM_CONF and must be left alone."""
+    if not argv or Path(argv[0]).name not in SLURM_CLIENTS:
+        return False
+    return f"SLURM_CONF={slurm_conf}".encode() in environ.split(b"\0")
+
+
+def lab_clients(procs: list[ProcInfo], slurm_conf: Path) -> list[int]:
+    pids = []
+    for p in procs:
+        if p.argv and Path(p.argv[0]).name in SLURM_CLIENTS and not p.zombie:
+            try:
+                environ = (PROC / str(p.pid) / "environ").read_bytes()
+            except OSError:
+                continue
+            if is_lab_client(p.argv, environ, slurm_conf):
+                pids.append(p.pid)
+    return pids
+
+
 def lab_pids(state_dir: Path, netns_inodes: set[int]) -> list[int]:
-    return select(all_procs(), state_dir, netns_inodes)
+    procs = all_procs()
+    found = select(procs, state_dir, netns_inodes)
+    return sorted(set(found) | set(lab_clients(procs, state_dir / "slurm.conf")))
 
 
 def alive(pid: int) -> bool:
@@ -104,9 +133,19 @@ def wait_gone(pids: list[int], timeout: float) -> list[int]:
     return left
 
 
+def wait_reaped(pids: list[int], timeout: float) -> None:
+    """Wait for dead daemons to leave /proc: their parent is init, which reaps them a second
+    or two later; until then `pgrep` still lists them (as <defunct>)."""
+    deadline = time.monotonic() + timeout
+    while any((PROC / str(p)).exists() for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def stop(pids: list[int], grace_s: float = 5.0) -> list[int]:
     """SIGTERM, then SIGKILL what is still running after ``grace_s``; return survivors."""
     signal_all(pids, signal.SIGTERM)
     left = wait_gone(pids, grace_s)
     signal_all(left, signal.SIGKILL)
-    return wait_gone(left, 2.0)
+    survivors = wait_gone(left, 2.0)
+    wait_reaped([p for p in pids if p not in survivors], 5.0)
+    return survivors

@@ -143,7 +143,8 @@ def read_pid(pid_file: Path, label: str, timeout: float = 5.0) -> int:
 def start_munged(paths: LabPaths) -> int:
     """munged as the munge user, with its own key and socket (0755: munged insists)."""
     user = pwd.getpwnam(MUNGE_USER)
-    paths.munge_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+    paths.munge_dir.mkdir(parents=True, exist_ok=True)
+    paths.munge_dir.chmod(0o755)
     key = paths.munge_dir / "munge.key"
     key.write_bytes(os.urandom(1024))
     key.chmod(0o400)
@@ -196,11 +197,12 @@ def node_states(paths: LabPaths) -> dict[str, str]:
 def wait_idle(layout: Layout, paths: LabPaths, timeout: float) -> float:
     """Seconds until sinfo shows every node idle; on timeout an error with the log tails."""
     start = time.monotonic()
-    states: dict[str, str] = {}
-    while time.monotonic() - start < timeout:
+    while True:
         states = node_states(paths)
         if all(states.get(n.name) == "idle" for n in layout.nodes):
             return time.monotonic() - start
+        if time.monotonic() - start >= timeout:
+            break
         time.sleep(0.2)
     shown = ", ".join(f"{n.name}={states.get(n.name, '?')}" for n in layout.nodes)
     raise LabError(f"not every node became idle within {timeout:.0f}s (sinfo: {shown}); "

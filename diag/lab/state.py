@@ -10,10 +10,7 @@ from pathlib import Path
 from diag.lab.spec import (
     FABRIC_IFNAME, MGMT_IFNAME, STATE_ROOT, Layout, LabError, Node, SlowLink, parse_rate,
 )
-from diag.schema import SchemaError
-
-LAB_FORMAT = "ddiag.lab"
-LAB_SCHEMA = 1
+from diag import schema
 
 
 @dataclass(frozen=True)
@@ -95,7 +92,7 @@ def node_to_json(node: Node) -> dict:
 def to_json(state: LabState) -> dict:
     lay = state.layout
     return {
-        "format": LAB_FORMAT, "schema": LAB_SCHEMA,
+        **schema.stamp(schema.LAB),
         "name": lay.name, "prefix": lay.prefix, "state_dir": str(lay.state_dir),
         "created": state.created, "up_seconds": state.up_seconds,
         "subnet": str(lay.subnet),
@@ -122,18 +119,8 @@ def node_from_json(doc: dict, index: int) -> Node:
     )
 
 
-def check_schema(doc: dict, source: str) -> None:
-    """Reject what is not a lab state, or a major version newer than this reader."""
-    if doc.get("format") != LAB_FORMAT:
-        raise SchemaError(f"{source}: expected format {LAB_FORMAT!r}, got {doc.get('format')!r}")
-    version = doc.get("schema")
-    if not isinstance(version, int) or not 1 <= version <= LAB_SCHEMA:
-        raise SchemaError(f"{source}: {LAB_FORMAT} schema {version!r} is not one this ddiag "
-                          f"reads (1..{LAB_SCHEMA}); upgrade ddiag, or 'ddiag lab down' it")
-
-
 def from_json(doc: dict, source: str = "state.json") -> LabState:
-    check_schema(doc, source)
+    schema.check(doc, schema.LAB, source)
     nodes = tuple(node_from_json(n, i) for i, n in enumerate(doc["nodes"], start=1))
     layout = Layout(
         name=doc["name"], prefix=doc["prefix"], octet=int(doc["subnet"].split(".")[2]),
