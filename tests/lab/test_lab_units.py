@@ -126,7 +126,7 @@ def test_state_json_round_trips_and_rejects_newer_schemas():
     assert doc["format"] == "ddiag.lab" and doc["schema"] == 1
     assert doc["addrs"]["node4"] == "10.201.7.14" and doc["nodes"][3]["slow_link"] == "200mbit"
     assert from_json(doc) == state
-    with pytest.raises(SchemaError, match="schema 2 is not one this ddiag reads"):
+    with pytest.raises(SchemaError, match="schema 2 is newer than this ddiag reads"):
         from_json({**doc, "schema": 2})
     with pytest.raises(SchemaError, match="expected format 'ddiag.lab'"):
         from_json({**doc, "format": "ddiag.run"})
