@@ -9,48 +9,9 @@ can compare ranks seq by seq without caring where a row came from.
 from __future__ import annotations
 
 import json
-import math
-from dataclasses import dataclass
 
+from diag.analyze.collops import DONE, PENDING, CollOp, as_int, number, text_or_none
 from diag.analyze.inputs import Inputs
-from diag.analyze.types import Evidence
-
-PENDING = "pending"
-DONE = "done"
-
-
-@dataclass(slots=True)
-class CollOp:
-    """One collective as one rank issued it. ``t`` is the wall time it was issued.
-
-    Built for every collective of every rank (10^6 of them at 512 ranks), so it is a
-    slotted class whose evidence text is only composed when a finding quotes it.
-    """
-
-    rank: int
-    group: str
-    seq: int
-    op: str
-    in_numel: int | None
-    out_numel: int | None
-    dtype: str | None
-    group_size: int | None
-    state: str
-    t: float | None
-    file: str
-    line: int | None
-    note: str = ""
-
-    @property
-    def signature(self) -> tuple:
-        return (self.op, self.in_numel, self.out_numel, self.dtype)
-
-    @property
-    def evidence(self) -> Evidence:
-        text = self.note or (f"{self.op} group={self.group} seq={self.seq} "
-                             f"numel={self.in_numel} dtype={self.dtype}")
-        return Evidence(self.file, self.line, text)
-
 
 def from_events(inputs: Inputs) -> dict[int, list[CollOp]]:
     """rank -> its non-p2p collectives in issue order, the pending one (if any) last.
@@ -74,31 +35,17 @@ def _events_ops(inputs: Inputs) -> dict[int, list[CollOp]]:
     return out
 
 
-def as_int(value, default: int = 0) -> int:
-    """Integers from hostile input: anything that is not one becomes ``default``."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
-
-
-def _number(value):
-    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _str(value) -> str | None:
-    return None if value is None else str(value)
-
-
 def _from_record(rank: int, r: dict, path: str, line: int) -> CollOp:
     get = r.get
     return CollOp(rank, str(get("group", "")), as_int(get("seq")), str(get("op")),
-                  _number(get("in_numel")), _number(get("out_numel")), _str(get("in_dtype")),
-                  _number(get("group_size")), DONE, _number(get("t")), path, line)
+                  number(get("in_numel")), number(get("out_numel")), text_or_none(get("in_dtype")),
+                  number(get("group_size")), DONE, number(get("t")), path, line)
 
 
 def _from_pending(rank: int, p: dict, beat: dict) -> CollOp:
-    text = (f"rank {rank} inside {p.get('op')} group={p.get('group')} seq={p.get('seq')} "
-            f"since t={p.get('t')}")
+    text = f"heartbeat: rank {rank} inside it since t={p.get('t')}"
     return CollOp(rank, str(p.get("group", "")), as_int(p.get("seq")), str(p.get("op")),
-                  None, None, None, None, PENDING, _number(p.get("t")),
+                  None, None, None, None, PENDING, number(p.get("t")),
                   beat.get("_path", "heartbeat"), None, text)
 
 
@@ -124,43 +71,16 @@ def from_flight_recorder(inputs: Inputs) -> dict[int, list[CollOp]]:
 
 
 def _fr_ops(inputs: Inputs) -> dict[int, list[CollOp]]:
-    out: dict[int, list[CollOp]] = {}
-    for rank, dump in inputs.fr.items():
-        if dump.rank is None:
-            continue
-        entries = [e for e in dump.doc.get("entries", []) if isinstance(e, dict)]
-        out[rank] = [_from_entry(rank, e, dump.path, i) for i, e in enumerate(entries)
-                     if not e.get("is_p2p")]
-    return out
+    return {rank: dump.ops for rank, dump in inputs.fr.items() if dump.rank is not None}
 
 
-def _from_entry(rank: int, e: dict, path: str, index: int) -> CollOp:
-    name = str(e.get("profiling_name", "?"))
-    op = name.split(":", 1)[-1]
-    pg = e.get("process_group")
-    pg = pg if isinstance(pg, (list, tuple)) and pg else ("", "")
-    done = e.get("state") == "completed" or bool(e.get("retired"))
-    text = (f"entries[{index}] {name} pg={pg[0]} seq={e.get('collective_seq_id')} "
-            f"in={e.get('input_sizes')} state={e.get('state')} retired={e.get('retired')}")
-    created = e.get("time_created_ns")
-    return CollOp(rank, str(pg[0]), as_int(e.get("collective_seq_id")), op,
-                  _numel(e.get("input_sizes")), _numel(e.get("output_sizes")),
-                  _str(_first(e.get("input_dtypes"))), None, DONE if done else PENDING,
-                  created / 1e9 if _number(created) is not None else None,
-                  path, None, text)
-
-
-def _numel(sizes) -> int | None:
-    if not isinstance(sizes, list):
-        return None
-    try:
-        return sum(math.prod(s) for s in sizes)
-    except (TypeError, ValueError, OverflowError):
-        return None
-
-
-def _first(values):
-    return values[0] if isinstance(values, list) and values else None
+def groups_of(inputs: Inputs, source: str) -> dict[str, dict[int, dict[int, CollOp]]]:
+    """``by_group`` of one source ("events" or "fr"), built once per ``Inputs``."""
+    key = f"groups_{source}"
+    if key not in inputs.cache:
+        ops = from_events(inputs) if source == "events" else from_flight_recorder(inputs)
+        inputs.cache[key] = by_group(ops)
+    return inputs.cache[key]
 
 
 def by_group(ops: dict[int, list[CollOp]]) -> dict[str, dict[int, dict[int, CollOp]]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 
 from diag.analyze.inputs import Inputs
-from diag.analyze.progress import by_group, from_events
+from diag.analyze.progress import groups_of
 
 
 def step_times(inputs: Inputs) -> dict[int, dict[int, float]]:
@@ -47,4 +47,4 @@ def _bins(n: int, most: int) -> list[int]:
 def collective_progress(inputs: Inputs) -> dict[str, dict[int, int]]:
     """group -> rank -> last seq issued (finished or pending)."""
     return {group: {rank: max(seqs) for rank, seqs in ranks.items()}
-            for group, ranks in by_group(from_events(inputs)).items()}
+            for group, ranks in groups_of(inputs, "events").items()}

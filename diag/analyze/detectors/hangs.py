@@ -9,15 +9,14 @@ from __future__ import annotations
 
 from diag.analyze.detectors.common import closed_ranks, exception_ranks, stack_evidence
 from diag.analyze.inputs import Inputs
-from diag.analyze.progress import (PENDING, CollOp, by_group, from_events,
-                                   from_flight_recorder, group_members, heartbeats)
+from diag.analyze.progress import PENDING, CollOp, group_members, groups_of, heartbeats
 from diag.analyze.types import Category, Culprit, Evidence, Finding, Severity
 from diag.instrument_names import STEP_PHASES
 
 
 def detect(inputs: Inputs) -> list[Finding]:
-    for source, ops in (("events", from_events(inputs)), ("fr", from_flight_recorder(inputs))):
-        found = [f for group, ranks in by_group(ops).items()
+    for source in ("events", "fr"):
+        found = [f for group, ranks in groups_of(inputs, source).items()
                  for f in _hang_in_group(inputs, source, group, ranks)]
         if found:
             return found

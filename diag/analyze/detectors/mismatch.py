@@ -10,19 +10,20 @@ with the others once its extra collective is skipped, or whose size is new to th
 from __future__ import annotations
 
 from collections import Counter
+from operator import attrgetter
 
 from diag.analyze.inputs import Inputs
-from diag.analyze.progress import (PENDING, CollOp, by_group, from_events,
-                                   from_flight_recorder)
+from diag.analyze.progress import CollOp, groups_of
 from diag.analyze.types import Category, Culprit, Finding, Severity
 
 GATHER_OPS = {"all_gather_into_tensor", "all_gather_single", "_allgather_base", "allgather_into_tensor_coalesced"}
 SCATTER_OPS = {"reduce_scatter_tensor", "reduce_scatter_single", "_reduce_scatter_base"}
+RULED_OPS = GATHER_OPS | SCATTER_OPS
 
 
 def detect(inputs: Inputs) -> list[Finding]:
-    for source, ops in (("events", from_events(inputs)), ("fr", from_flight_recorder(inputs))):
-        groups = by_group(ops)
+    for source in ("events", "fr"):
+        groups = groups_of(inputs, source)
         found = [f for g, ranks in groups.items() for f in _size_rules(g, ranks)]
         found += [f for g, ranks in groups.items() for f in _first_divergence(g, ranks, source)]
         if found:
@@ -32,15 +33,34 @@ def detect(inputs: Inputs) -> list[Finding]:
 
 def _first_divergence(group: str, ranks: dict[int, dict[int, CollOp]], source: str
                       ) -> list[Finding]:
-    common = sorted(set.intersection(*(set(s) for s in ranks.values()))) if len(ranks) > 1 else []
-    for seq in common:
-        rows = {r: ranks[r][seq] for r in ranks}
-        if len({row.op for row in rows.values()}) > 1:
-            return [_op_mismatch(group, seq, rows, ranks, source)]
-        sized = {r: row for r, row in rows.items() if row.state != PENDING or row.in_numel}
-        if len({(row.in_numel, row.dtype) for row in sized.values()}) > 1:
-            return [_size_mismatch(group, seq, sized, ranks, source)]
+    if len(ranks) < 2:
+        return []
+    common = sorted(set.intersection(*(set(s) for s in ranks.values())))
+    op_seq = _first_difference(ranks, common, attrgetter("op"))
+    # A heartbeat's pending row has no size; it can only differ by op.
+    unsized = {row.seq for seqs in ranks.values() for row in seqs.values() if row.in_numel is None}
+    sized = [s for s in common if s not in unsized]
+    size_seq = _first_difference(ranks, sized, attrgetter("in_numel", "dtype"))
+    if op_seq is not None and (size_seq is None or op_seq <= size_seq):
+        return [_op_mismatch(group, op_seq, {r: ranks[r][op_seq] for r in ranks}, ranks, source)]
+    if size_seq is not None:
+        return [_size_mismatch(group, size_seq, {r: ranks[r][size_seq] for r in ranks}, ranks,
+                               source)]
     return []
+
+
+def _first_difference(ranks: dict[int, dict[int, CollOp]], seqs: list[int], key) -> int | None:
+    """The first seq at which ``key`` of the rows differs between ranks. Whole per-rank
+    columns are compared at C speed; only a differing column is scanned."""
+    columns = iter(ranks.values())
+    reference = [key(row) for row in map(next(columns).__getitem__, seqs)]
+    first = None
+    for rows in columns:
+        column = [key(row) for row in map(rows.__getitem__, seqs)]
+        if column != reference:
+            i = next(i for i, (a, b) in enumerate(zip(column, reference)) if a != b)
+            first = i if first is None else min(first, i)
+    return None if first is None else seqs[first]
 
 
 def _op_mismatch(group, seq, rows, ranks, source) -> Finding:
@@ -118,7 +138,8 @@ def _size_rules(group: str, ranks: dict[int, dict[int, CollOp]]) -> list[Finding
     """all_gather's output is group_size x its input, reduce_scatter's input is
     group_size x its output; a rank breaking that passed a wrong-sized buffer."""
     for r, seqs in sorted(ranks.items()):
-        for seq, row in sorted(seqs.items()):
+        ruled = [(seq, row) for seq, row in seqs.items() if row.op in RULED_OPS]
+        for seq, row in sorted(ruled):
             if _breaks_size_rule(row):
                 return [Finding(
                     category=Category.SHAPE_MISMATCH, severity=Severity.CRITICAL, confidence=0.85,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import statistics
 
 from diag.analyze.inputs import Inputs
-from diag.analyze.progress import DONE, by_group, from_events
+from diag.analyze.progress import DONE, groups_of
 from diag.analyze.types import Category, Culprit, Evidence, Finding, Severity
 
 WARMUP_SEQS = 3
@@ -36,7 +36,7 @@ def detect(inputs: Inputs) -> list[Finding]:
 def _lateness(inputs: Inputs) -> dict[int, float]:
     """rank -> median seconds behind the first arrival, over the world group's
     collectives that every rank finished."""
-    groups = by_group(from_events(inputs))
+    groups = groups_of(inputs, "events")
     if not groups:
         return {}
     group = max(groups, key=lambda g: len(groups[g]))
