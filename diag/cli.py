@@ -80,6 +80,34 @@ def analyze(path: Path, as_json: bool, html_out: Path | None, trace_out: Path | 
     sys.exit(1 if result.findings else 0)
 
 
+@main.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--stall", "stall_s", type=float, default=60.0, show_default=True,
+              help="Seconds without progress on any rank before a hang is considered.")
+@click.option("--kill", is_flag=True, help="End the job once a hang is captured.")
+@click.option("--timeout", "timeout_s", type=float, default=None,
+              help="Stop watching after this many seconds (default: until the job ends).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+def watch(run_dir: Path, stall_s: float, kill: bool, timeout_s: float | None,
+          as_json: bool) -> None:
+    """Watch a live job's heartbeats; on a hang, capture every rank's stack and say who."""
+    from diag.render import render_watch
+    from diag.watch_run import watch as run_watch
+
+    if stall_s <= 0:
+        fail(f"--stall must be > 0 seconds, got: {stall_s}")
+    if run_dir.exists() and not run_dir.is_dir():
+        fail(f"{run_dir}: not a directory; pass the --out / DDIAG_RUN_DIR of the job")
+    result = run_watch(run_dir, stall_s, kill=kill, timeout_s=timeout_s,
+                       status=lambda line: click.echo(f"ddiag watch: {line}", err=True)
+                       if not as_json else None)
+    if as_json:
+        emit_json(result.to_json())
+    else:
+        render_watch(result)
+    sys.exit(1 if result.alarm else 0)
+
+
 def _write_reports(result, html_out: Path | None, trace_out: Path | None) -> None:
     if html_out is not None:
         from diag.report.html import render_html
@@ -91,6 +119,13 @@ def _write_reports(result, html_out: Path | None, trace_out: Path | None) -> Non
 
         trace_out.write_text(json.dumps(build_trace(result.inputs)))
         click.echo(f"ddiag: wrote {trace_out}", err=True)
+
+
+# check-env and probe (issue 5)
+from diag.checkenv.cli import check_env as _check_env  # noqa: E402
+from probes.cli import probe as _probe  # noqa: E402
+main.add_command(_check_env)
+main.add_command(_probe)
 
 
 if __name__ == "__main__":

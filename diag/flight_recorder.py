@@ -56,19 +56,21 @@ def _int_or_zero(value: str) -> int:
         return 0
 
 
-def trace_json() -> str:
-    """This process's Flight Recorder buffer as torch's JSON, collectives included."""
+def trace_json() -> bytes | str:
+    """This process's Flight Recorder buffer as torch's JSON, collectives included
+    (torch 2.13 returns bytes; older versions a str)."""
     from torch._C._distributed_c10d import _dump_fr_trace_json
 
     return _dump_fr_trace_json(includeCollectives=True)
 
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, data: bytes | str) -> None:
     """Write aside and rename, so a reader (or a kill mid-write) never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     # Unique per call: a signal handler may dump while this same thread is mid-dump.
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{next(_tmp_ids)}.tmp")
-    tmp.write_text(text)
+    with open(tmp, "wb") as fh:
+        fh.write(data.encode() if isinstance(data, str) else data)
     os.replace(tmp, path)
 
 
@@ -127,6 +129,11 @@ def install(path: str | os.PathLike, signals: tuple[int, ...] = DUMP_SIGNALS) ->
 
 
 _chained: dict[int, object] = {}
+
+
+def installed() -> bool:
+    """Whether ``install`` set up dumps on signals in this process."""
+    return _target is not None and _target.pid == os.getpid()
 
 
 def _on_signal(signum: int, frame) -> None:

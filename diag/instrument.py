@@ -120,6 +120,7 @@ class _State:
             "seq": dict(rec.seq), "last_collective": rec.last, "pending": rec.pending,
             "span": {"name": span[0], "since": span[1]} if span else None,
             "records": self.writer.written if self.writer else 0,
+            "fr_signal": _fr_dump_signal(),
         }
 
     def internal_error(self, where: str, exc: BaseException) -> None:
@@ -127,6 +128,13 @@ class _State:
         if self.internal_errors == 1:
             log.warning("ddiag: instrumentation error in %s (%s: %s); training goes on",
                         where, type(exc).__name__, exc)
+
+
+def _fr_dump_signal() -> str | None:
+    """The signal that makes this process dump its Flight Recorder, when a handler is
+    installed (the hang watcher sends it; without a handler SIGUSR1 would kill)."""
+    fr = sys.modules.get("diag.flight_recorder")
+    return "SIGUSR1" if fr is not None and fr.installed() else None
 
 
 _state: _State | None = None

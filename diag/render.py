@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -50,13 +51,13 @@ def render_analysis(analysis, console: Console | None = None) -> None:
         sev = f.severity.name.lower()
         role = "" if f.root_cause else " [dim](symptom)[/]"
         console.print(f"\n[{_SEVERITY_STYLE[sev]}]{i}. {f.category.value}[/] "
-                      f"[dim]{sev}, confidence {f.confidence:.2f}[/]{role}\n   {f.title}")
+                      f"[dim]{sev}, confidence {f.confidence:.2f}[/]{role}\n   {escape(f.title)}")
         culprit = _culprit_text(f.culprit)
         if culprit:
-            console.print(f"   [bold]culprit:[/] {culprit}")
+            console.print(f"   [bold]culprit:[/] {escape(culprit)}")
         for ev in f.evidence[:6]:
             console.print(Text(f"   {ev}", style="dim"))
-        console.print(f"   [bold]fix:[/] {f.fix}")
+        console.print(f"   [bold]fix:[/] {escape(f.fix)}")
     if analysis.missing_ranks:
         console.print(f"\n[yellow]no input from ranks {analysis.missing_ranks}")
     for p in analysis.problems[:20]:
@@ -74,3 +75,19 @@ def _culprit_text(c) -> str:
     if c.env_var:
         parts.append(f"env {c.env_var}")
     return "; ".join(parts)
+
+
+def render_watch(result, console: Console | None = None) -> None:
+    console = console or Console()
+    if result.alarm is None:
+        console.print(f"ddiag watch: no hang ({result.ended})")
+        return
+    a = result.alarm
+    console.print(f"[bold red]hang[/] ({a.reason}): ranks {list(a.laggards)} lag; "
+                  f"ranks {list(a.waiting)} wait")
+    for c in result.captures:
+        console.print(Text(f"  stack of rank {c.rank}: {c.path or c.error}", style="dim"))
+    if result.analysis is not None:
+        render_analysis(result.analysis, console)
+    if result.killed:
+        console.print(f"ended ranks {result.killed}")

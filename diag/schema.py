@@ -9,12 +9,26 @@ from __future__ import annotations
 EVENTS = "ddiag.events"
 HEARTBEAT = "ddiag.heartbeat"
 RUN = "ddiag.run"
+LAB = "ddiag.lab"
+WATCH = "ddiag.watch"
+ENV_SNAPSHOT = "ddiag.env_snapshot"
+CHECK_ENV = "ddiag.check_env"
+PROBE_LINKS = "ddiag.probe_links"
+PROBE_COLLECTIVES = "ddiag.probe_collectives"
+PROBE_COMPUTE = "ddiag.probe_compute"
 
 # The major version each format is written at (and the newest a reader understands).
 VERSIONS: dict[str, int] = {
     EVENTS: 1,
     HEARTBEAT: 1,
     RUN: 1,
+    LAB: 1,
+    WATCH: 1,
+    ENV_SNAPSHOT: 1,
+    CHECK_ENV: 1,
+    PROBE_LINKS: 1,
+    PROBE_COLLECTIVES: 1,
+    PROBE_COMPUTE: 1,
 }
 
 

@@ -34,10 +34,31 @@ def stack_evidence(inputs: Inputs, rank: int, frames: int = 4) -> list[Evidence]
                 (pid is not None and any(t.get("pid") == pid for t in threads))):
             continue
         main = next((t for t in threads if t.get("thread_name") == "MainThread"), threads[0])
-        return [Evidence(doc.path, None, _frame_text(f)) for f in main.get("frames", [])[:frames]]
+        stack = [f for f in main.get("frames", []) if isinstance(f, dict)]
+        shown = stack[:frames]
+        user = next((f for f in stack if _is_user_code(f)), None)
+        if user is not None and user not in shown:
+            shown.append(user)
+        return [Evidence(doc.path, None, _frame_text(f)) for f in shown]
     return []
+
+
+def blocking_frame(evidence: list[Evidence]) -> Evidence | None:
+    """The innermost frame of the user's own code: where *their* program is stuck
+    (the frames above it are the library or stdlib call it is blocked in)."""
+    return next((e for e in evidence if _USER_MARK in e.text), evidence[0] if evidence else None)
+
+
+_LIBRARY_PATHS = ("/lib/python", "site-packages", "dist-packages", "<frozen")
+_USER_MARK = " <- user code"
+
+
+def _is_user_code(frame: dict) -> bool:
+    filename = str(frame.get("filename", ""))
+    return bool(filename) and not any(p in filename for p in _LIBRARY_PATHS)
 
 
 def _frame_text(frame: dict) -> str:
     where = frame.get("short_filename") or frame.get("filename")
-    return f"{frame.get('name')} ({where}:{frame.get('line')})"
+    mark = _USER_MARK if _is_user_code(frame) else ""
+    return f"{frame.get('name')} ({where}:{frame.get('line')}){mark}"

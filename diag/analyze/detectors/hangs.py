@@ -7,7 +7,8 @@ are the fallback (and the only source for runs without ddiag's decorator).
 
 from __future__ import annotations
 
-from diag.analyze.detectors.common import closed_ranks, exception_ranks, stack_evidence
+from diag.analyze.detectors.common import (blocking_frame, closed_ranks, exception_ranks,
+                                           stack_evidence)
 from diag.analyze.inputs import Inputs
 from diag.analyze.progress import PENDING, CollOp, group_members, groups_of, heartbeats
 from diag.analyze.types import Category, Culprit, Evidence, Finding, Severity
@@ -29,10 +30,13 @@ def _hang_in_group(inputs: Inputs, source: str, group: str,
     last = {r: max(ranks.get(r, {0: None})) for r in members}
     top = max(last.values())
     laggards = sorted(r for r in members if last[r] < top)
-    waiting = sorted(r for r in members if _pending(ranks.get(r, {}), last[r]))
+    finished = closed_ranks(inputs) if source == "events" else set()
+    # Ahead and not finished: inside the collective, or (DDP, NCCL) past an async launch
+    # and blocked in its wait.
+    waiting = sorted(r for r in members if last[r] == top and (
+        _pending(ranks.get(r, {}), last[r]) or (source == "events" and r not in finished)))
     if not laggards or not waiting or set(laggards) & exception_ranks(inputs):
         return []  # nobody is stuck, or a crash explains it (failures detector)
-    finished = closed_ranks(inputs) if source == "events" else set()
     if set(laggards) <= finished:
         return [_waiting_alone(group, waiting, ranks, laggards)]
     behind = min(last[r] for r in laggards)
@@ -75,7 +79,8 @@ def _culprit_finding(inputs: Inputs, source: str, group: str, culprits: list[int
     evidence += [Evidence(beats[r]["_path"], None, _beat_text(beats[r]))
                  for r in culprits if r in beats]
     stacks = [e for r in culprits for e in stack_evidence(inputs, r)]
-    where = f"; its stack: {stacks[0].text}" if stacks else ""
+    frame = blocking_frame(stacks)
+    where = f"; its stack is in {frame.text}" if frame else ""
     busy = span is not None
     return Finding(
         category=Category.TIMEOUT_TOO_SHORT if busy else Category.RANK_HANG,

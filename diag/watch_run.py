@@ -1,0 +1,120 @@
+"""Runs the watcher beside a live job: poll heartbeats, and on a hang capture the
+evidence, analyse it, and optionally end the job. Called by ``ddiag watch`` and by
+scale-test for every stage."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from diag import schema
+from diag.rundir import RunDir
+from diag.watch import Alarm, Watcher, read_beats
+from diag.watch_capture import Capture, capture_stack, end_job, request_fr_dumps
+
+FR_WAIT_S = 3.0
+
+
+@dataclass
+class WatchResult:
+    """What a watch ended with. ``alarm`` is None when the job finished or the watch
+    timed out without a hang."""
+
+    run_dir: str
+    alarm: Alarm | None = None
+    captures: list[Capture] = field(default_factory=list)
+    fr_requested: list[int] = field(default_factory=list)
+    analysis: object | None = None
+    killed: list[int] = field(default_factory=list)
+    ended: str = ""
+
+    def to_json(self) -> dict:
+        return {**schema.stamp(schema.WATCH), "run_dir": self.run_dir, "ended": self.ended,
+                "alarm": self.alarm.to_json() if self.alarm else None,
+                "captures": [{"rank": c.rank, "path": str(c.path) if c.path else None,
+                              "error": c.error} for c in self.captures],
+                "fr_requested": self.fr_requested, "killed": self.killed,
+                "verdict": _verdict(self.analysis)}
+
+
+def _verdict(analysis) -> dict | None:
+    if analysis is None or not analysis.findings:
+        return None
+    return analysis.findings[0].to_json()
+
+
+def job_finished(run_dir: Path, ranks: set[int]) -> bool:
+    """Every rank that beat has written its clean-shutdown record."""
+    events = RunDir(run_dir).path("events")
+    for rank in ranks:
+        try:
+            with open(events / f"rank{rank:05d}.jsonl", "rb") as fh:
+                fh.seek(max(0, os.fstat(fh.fileno()).st_size - 4096))
+                if b'"kind":"close"' not in fh.read():
+                    return False
+        except OSError:
+            return False
+    return bool(ranks)
+
+
+def watch(run_dir: Path, stall_s: float = 60.0, *, kill: bool = False, poll_s: float = 0.5,
+          timeout_s: float | None = None, same_point_s: float | None = None,
+          status: Callable[[str], None] = lambda _: None) -> WatchResult:
+    """Watch until a hang (then respond), the job finishing, or ``timeout_s``."""
+    watcher = Watcher(stall_s, same_point_s)
+    result = WatchResult(str(run_dir))
+    last_line = None
+    deadline = time.monotonic() + timeout_s if timeout_s else None
+    while deadline is None or time.monotonic() < deadline:
+        beats = read_beats(run_dir)
+        if beats and job_finished(run_dir, set(beats)):
+            result.ended = "job finished"
+            return result
+        alarm = watcher.observe(beats, time.time())
+        if alarm is not None:
+            respond(run_dir, alarm, result, kill, status)
+            return result
+        line = _status_line(beats)
+        if line != last_line:
+            status(line)
+            last_line = line
+        time.sleep(poll_s)
+    result.ended = "watch timed out"
+    return result
+
+
+def respond(run_dir: Path, alarm: Alarm, result: WatchResult, kill: bool,
+            status: Callable[[str], None]) -> None:
+    from diag.analyze import analyze
+
+    result.alarm, result.ended = alarm, "hang detected"
+    status(f"hang: ranks {list(alarm.laggards)} lag ({alarm.reason}); capturing stacks")
+    result.fr_requested = request_fr_dumps(alarm.beats)
+    result.captures = [capture_stack(run_dir, b) for _, b in sorted(alarm.beats.items())
+                       if b.pid]
+    _wait_for_fr(run_dir, result.fr_requested, alarm.detected_at)
+    result.analysis = analyze(run_dir)
+    if kill:
+        result.killed = end_job(alarm.beats)
+    (run_dir / "watch.json").write_text(json.dumps(result.to_json(), indent=2, default=str))
+
+
+def _wait_for_fr(run_dir: Path, ranks: list[int], since: float) -> None:
+    deadline = time.monotonic() + FR_WAIT_S
+    paths = [RunDir(run_dir).path("fr", r, ".json") for r in ranks]
+    while time.monotonic() < deadline:
+        if all(p.exists() and p.stat().st_mtime >= since - 1 for p in paths):
+            return
+        time.sleep(0.1)
+
+
+def _status_line(beats) -> str:
+    if not beats:
+        return "waiting for heartbeats"
+    steps = [b.step for b in beats.values()]
+    # Coarse on purpose: a line per ten steps, not per poll.
+    return f"{len(beats)} ranks, steps {min(steps) // 10 * 10}..{max(steps) // 10 * 10}+"

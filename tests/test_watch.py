@@ -1,0 +1,101 @@
+"""The hang watcher: decisions on constructed heartbeats, and on real gloo ranks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from diag.watch import RankBeat, Watcher
+from tests.util import REPO, pids_alive, quiet_env, run, torchrun_cmd
+
+HANG = REPO / "tests" / "programs" / "hang_ddp.py"
+
+
+def beat(rank, step, seq, pending=None, span=None, t=100.0):
+    return RankBeat(rank, 1000 + rank, "h", t, step, (("0", seq),), pending, span, None)
+
+
+def feed(watcher, frames, start=100.0, dt=1.0):
+    """Observe each snapshot one second apart; returns the first alarm and its time."""
+    for i, beats in enumerate(frames):
+        alarm = watcher.observe({b.rank: b for b in beats}, start + i * dt)
+        if alarm:
+            return alarm, start + i * dt
+    return None, None
+
+
+def test_no_alarm_while_anyone_progresses():
+    frames = [[beat(0, s, s), beat(1, s, s)] for s in range(30)]
+    assert feed(Watcher(stall_s=5), frames)[0] is None
+
+
+def test_disagreeing_ranks_alarm_after_the_stall():
+    stuck = [beat(0, 10, 11, pending={"op": "all_reduce", "seq": 11}), beat(1, 9, 10, span="data")]
+    alarm, at = feed(Watcher(stall_s=5), [stuck] * 10)
+    assert alarm.laggards == (1,) and alarm.waiting == (0,)
+    assert at == 105.0 and alarm.reason == "ranks disagree on progress"
+
+
+def test_marked_pause_on_the_laggard_is_not_a_hang():
+    paused = [[beat(0, 10, 11, t=100 + i), beat(1, 10, 10, span="checkpoint", t=100 + i)]
+              for i in range(30)]
+    assert feed(Watcher(stall_s=5), paused)[0] is None
+
+
+def test_same_point_stall_waits_for_the_longer_limit():
+    # A long first step (compile) looks like this: alive, and nobody moves.
+    same = [[beat(0, 0, 0, t=100 + i), beat(1, 0, 0, t=100 + i)] for i in range(30)]
+    alarm, at = feed(Watcher(stall_s=5, same_point_s=20), same)
+    assert at == 120.0 and alarm.reason == "every rank stopped at the same point"
+
+
+def test_a_silent_heartbeat_is_a_dead_rank():
+    frames = [[beat(0, 5, 5, t=100 + i), beat(1, 5, 5, t=100.0)] for i in range(20)]
+    alarm, _ = feed(Watcher(stall_s=5), frames)
+    assert alarm.dead == (1,) and alarm.laggards == (1,)
+
+
+def test_watch_names_the_hung_rank_and_its_frame_within_10s_and_ends_the_job(tmp_path):
+    out = tmp_path / "run"
+    job = subprocess.Popen(torchrun_cmd(2, HANG, "--out", str(out), "--hang-rank", "1",
+                                        "--hang-step", "40"),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           env=quiet_env(), start_new_session=True)
+    try:
+        res = run([sys.executable, "-m", "diag.cli", "watch", str(out), "--stall", "5",
+                   "--kill", "--timeout", "150", "--json"], timeout=200)
+        job.wait(timeout=60)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert res.returncode == 1, res.stderr[-2000:]
+    doc = json.loads(res.stdout)
+    assert doc["alarm"]["laggards"] == [1]
+    verdict = doc["verdict"]
+    assert verdict["category"] == "rank_hang" and verdict["culprit"]["ranks"] == [1]
+    assert "hang_ddp.py:" in verdict["title"]  # the blocking frame in the user's code
+    onset = json.loads((out / "heartbeat" / "rank00001.json").read_text())["span"]["since"]
+    assert doc["alarm"]["detected_at"] - onset <= 10.0
+    pids = [json.loads(p.read_text())["pid"] for p in (out / "heartbeat").glob("*.json")]
+    assert pids_alive(pids) == []
+    assert {c["rank"] for c in doc["captures"] if c["path"]} == {0, 1}
+
+
+def test_marked_20s_checkpoint_pause_gives_no_alarm(tmp_path):
+    out = tmp_path / "run"
+    job = subprocess.Popen(torchrun_cmd(2, HANG, "--out", str(out), "--steps", "60",
+                                        "--pause-step", "30", "--pause-s", "20"),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           env=quiet_env(), start_new_session=True)
+    try:
+        res = run([sys.executable, "-m", "diag.cli", "watch", str(out), "--stall", "5",
+                   "--timeout", "150", "--json"], timeout=200)
+        assert job.wait(timeout=60) == 0
+    finally:
+        if job.poll() is None:
+            job.kill()
+    doc = json.loads(res.stdout)
+    assert res.returncode == 0 and doc["alarm"] is None and doc["ended"] == "job finished"
