@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.ddiag-installed
 RUN_DIR ?= runs/demo-$(shell date +%Y%m%d-%H%M%S)
 PYTEST_ARGS ?=
 
-.PHONY: demo test venv lab-deps clean
+.PHONY: demo test venv system-deps clean
 
 venv: $(STAMP)
 
@@ -26,11 +26,12 @@ demo: $(STAMP)
 	  examples/decorated_ddp.py --out $(RUN_DIR) --steps 50
 	$(VENV)/bin/ddiag summary $(RUN_DIR)
 
-# The lab tests need Slurm, munge and root, the HTML test Chromium; no-ops when present.
-lab-deps:
-	@if [ "$$(id -u)" = 0 ]; then .ci/install-lab-deps.sh && .ci/install-browser.sh; fi
+# As root: Slurm and munge for the lab tests, Chromium and Prometheus for the report and
+# metrics tests. Both scripts are no-ops when everything is present.
+system-deps:
+	@if [ "$$(id -u)" = 0 ]; then .ci/install-lab-deps.sh && .ci/install-test-deps.sh; fi
 
-test: $(STAMP) lab-deps
+test: $(STAMP) system-deps
 	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
 
 clean:

@@ -69,6 +69,8 @@ class EventWriter:
         self.dropped = 0
         self.heartbeat_errors = 0
         self._queue: collections.deque[dict] = collections.deque()
+        self._observers: list[Callable[[dict], None]] = []
+        self._ticks: list[Callable[[dict], None]] = []
         self._lock = threading.RLock()
         self._warned = False
         self._closed = False
@@ -103,11 +105,30 @@ class EventWriter:
             return
         self._queue.append(record)
 
+    def add_tick(self, tick: Callable[[dict], None]) -> None:
+        """Call ``tick({})`` on the writer thread about once a second (heartbeat time)."""
+        self._ticks.append(tick)
+
+    def add_observer(self, observe: Callable[[dict], None]) -> None:
+        """Also hand every record to ``observe``, on the writer thread (so metrics
+        exporters cost training nothing). An observer that raises is dropped."""
+        self._observers.append(observe)
+
     def flush(self) -> None:
         """Write every queued record, one ``os.write`` per line."""
         with self._lock:
             while self._queue:
-                self._write(self._queue.popleft())
+                record = self._queue.popleft()
+                self._write(record)
+                for observe in list(self._observers):
+                    self._notify(observe, record, self._observers)
+
+    def _notify(self, observe: Callable[[dict], None], record: dict, owners: list) -> None:
+        try:
+            observe(record)
+        except Exception as exc:  # noqa: BLE001 - a broken exporter must not stop the log
+            owners.remove(observe)
+            log.warning("ddiag: observer %r failed (%s); dropped", observe, exc)
 
     def _write(self, record: dict) -> None:
         if self._fd is None:
@@ -125,6 +146,8 @@ class EventWriter:
             self._warn(f"cannot write {self.path}: {exc}")
 
     def write_heartbeat(self) -> None:
+        for tick in list(self._ticks):
+            self._notify(tick, {}, self._ticks)
         if self._heartbeat_path is None or self._heartbeat is None:
             return
         try:

@@ -50,8 +50,11 @@ class _Rank:
 
 
 class _State:
-    def __init__(self, run_dir, grad_every: int, collectives: bool, signals: bool) -> None:
+    def __init__(self, run_dir, grad_every: int, collectives: bool, signals: bool,
+                 metrics: bool = False) -> None:
         self.run_dir = RunDir(resolve_run_dir(run_dir))
+        self.want_metrics = metrics
+        self.metrics = None
         self.grad_every = grad_every
         self.want_collectives = collectives
         self.want_signals = signals
@@ -102,7 +105,17 @@ class _State:
                              heartbeat_path=rd.heartbeat(where.rank), heartbeat=self.heartbeat)
         if self.want_signals:
             install_signal_flush()
+        if self.want_metrics:
+            self._start_metrics(writer, where, run_id)
         return writer
+
+    def _start_metrics(self, writer: EventWriter, where: _Rank, run_id: str) -> None:
+        try:
+            from diag import metrics
+
+            self.metrics = metrics.start(writer, where.rank, where.local_rank, where.host, run_id)
+        except Exception as exc:  # noqa: BLE001 - e.g. the port is taken: train on
+            log.warning("ddiag: metrics exporter not started: %s", exc)
 
     def emit(self, record: dict) -> None:
         if self.writer is None:
@@ -142,11 +155,13 @@ _init_lock = threading.Lock()
 
 
 def init(run_dir: str | os.PathLike | None = None, *, grad_every: int = 1,
-         collectives: bool = True, signals: bool = True) -> None:
+         collectives: bool = True, signals: bool = True, metrics: bool | None = None) -> None:
     """Start recording into ``run_dir`` (default: $DDIAG_RUN_DIR or ./ddiag-run).
 
     Optional: the first ``log_step`` call does it with the defaults. Call it yourself
     to set options, or to record collectives issued before the first step.
+    ``metrics`` (default: $DDIAG_METRICS == "1") exports Prometheus metrics
+    (see ``diag.metrics``).
     """
     global _state
     if grad_every < 1:
@@ -154,7 +169,9 @@ def init(run_dir: str | os.PathLike | None = None, *, grad_every: int = 1,
     with _init_lock:
         if _state is not None:
             return
-        _state = _State(run_dir, grad_every, collectives, signals)
+        if metrics is None:
+            metrics = os.environ.get("DDIAG_METRICS") == "1"
+        _state = _State(run_dir, grad_every, collectives, signals, metrics)
         if collectives:
             install(_state.recorder)
         atexit.register(shutdown)

@@ -1,0 +1,146 @@
+"""Per-rank Prometheus metrics, fed from the event log on the writer thread.
+
+Turned on with ``diag.init(metrics=True)`` or ``DDIAG_METRICS=1``. Every record the
+decorator writes also updates the metrics here, off the training thread, so exporting
+costs the training step nothing. Two ways out:
+
+- an HTTP endpoint on 127.0.0.1 (``DDIAG_METRICS_ADDR`` to change), port
+  ``DDIAG_METRICS_PORT`` (default 9400) + local rank, for Prometheus to scrape;
+- ``DDIAG_METRICS_TEXTFILE_DIR``: a ``ddiag_rank{R}.prom`` file rewritten every second,
+  for node-exporter's textfile collector.
+
+GPU memory and utilisation come from nvidia-ml-py (pynvml) when it is installed and a
+GPU is visible.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+DEFAULT_PORT = 9400
+LABELS = ("rank", "local_rank", "host", "job")
+
+
+class RankMetrics:
+    """The metric families of one rank, registered in their own registry."""
+
+    def __init__(self, rank: int, local_rank: int, host: str, job: str) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge
+
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.labels = {"rank": str(rank), "local_rank": str(local_rank), "host": host, "job": job}
+        g = lambda name, doc, extra=(): Gauge(name, doc, LABELS + extra, registry=self.registry)  # noqa: E731
+        c = lambda name, doc, extra=(): Counter(name, doc, LABELS + extra, registry=self.registry)  # noqa: E731
+        self.step = g("ddiag_step_seconds", "Duration of the last training step")
+        self.steps = c("ddiag_steps", "Training steps completed")
+        self.step_index = g("ddiag_step", "Index of the last completed step")
+        self.phase = g("ddiag_phase_seconds", "Last step's time per phase", ("phase",))
+        self.loss = g("ddiag_loss", "Loss of the last step")
+        self.grad_norm = g("ddiag_grad_norm", "Gradient norm of the last step")
+        self.nonfinite = c("ddiag_nonfinite_steps", "Steps with a NaN/Inf loss or gradient")
+        self.coll_time = c("ddiag_collective_seconds", "Time in collective calls", ("op",))
+        self.coll_bytes = c("ddiag_collective_bytes", "Input bytes of collectives", ("op",))
+        self.colls = c("ddiag_collectives", "Collectives issued", ("op",))
+        self.rss = g("ddiag_host_rss_bytes", "Resident memory of the rank's process")
+        self.heartbeat_age = g("ddiag_heartbeat_age_seconds",
+                               "Seconds since this rank last made progress (a step or a collective)")
+        self.gpu_mem = g("ddiag_gpu_memory_used_bytes", "GPU memory in use on the rank's device")
+        self.gpu_util = g("ddiag_gpu_utilization_ratio", "GPU utilisation of the rank's device, 0..1")
+        for counter in (self.steps, self.nonfinite):  # exported at 0 before the first event
+            counter.labels(**self.labels)
+        self.last_progress = time.time()
+        self.heartbeat_age.labels(**self.labels).set_function(
+            lambda: time.time() - self.last_progress)
+        self._nvml = _nvml_handle(local_rank)
+        if self._nvml is None:  # exported as NaN: "no GPU visible", and dashboards still resolve
+            self.gpu_mem.labels(**self.labels).set(float("nan"))
+            self.gpu_util.labels(**self.labels).set(float("nan"))
+
+    def observe(self, record: dict) -> None:
+        kind = record.get("kind")
+        if kind == "step":
+            self._on_step(record)
+        elif kind == "collective":
+            self._on_collective(record)
+
+    def _on_step(self, r: dict) -> None:
+        lab = self.labels
+        self.last_progress = time.time()
+        self.steps.labels(**lab).inc()
+        _set(self.step.labels(**lab), r.get("dur_s"))
+        _set(self.step_index.labels(**lab), r.get("step"))
+        _set(self.loss.labels(**lab), r.get("loss"))
+        _set(self.grad_norm.labels(**lab), r.get("grad_norm"))
+        for phase, seconds in (r.get("phases") or {}).items():
+            _set(self.phase.labels(**lab, phase=phase), seconds)
+        if r.get("nonfinite") or r.get("loss") in ("nan", "inf", "-inf"):
+            self.nonfinite.labels(**lab).inc()
+
+    def _on_collective(self, r: dict) -> None:
+        lab = {**self.labels, "op": str(r.get("op"))}
+        self.last_progress = time.time()
+        self.colls.labels(**lab).inc()
+        if isinstance(r.get("dur_s"), (int, float)):
+            self.coll_time.labels(**lab).inc(r["dur_s"])
+        if isinstance(r.get("in_bytes"), int):
+            self.coll_bytes.labels(**lab).inc(r["in_bytes"])
+
+    def tick(self, _record: dict) -> None:
+        """About once a second: host and GPU gauges."""
+        self.rss.labels(**self.labels).set(_rss_bytes())
+        if self._nvml is not None:
+            import pynvml
+
+            self.gpu_mem.labels(**self.labels).set(pynvml.nvmlDeviceGetMemoryInfo(self._nvml).used)
+            util = pynvml.nvmlDeviceGetUtilizationRates(self._nvml).gpu
+            self.gpu_util.labels(**self.labels).set(util / 100)
+
+
+def _set(gauge, value) -> None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        gauge.set(value)
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _nvml_handle(local_rank: int):
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml.nvmlDeviceGetHandleByIndex(local_rank)
+    except Exception:  # noqa: BLE001 - no nvidia-ml-py, no driver, or no GPU: no GPU gauges
+        return None
+
+
+def port_for(local_rank: int) -> int:
+    return int(os.environ.get("DDIAG_METRICS_PORT", DEFAULT_PORT)) + local_rank
+
+
+def start(writer, rank: int, local_rank: int, host: str, job: str) -> RankMetrics:
+    """Hook metrics onto an event writer and open the configured outputs."""
+    from prometheus_client import start_http_server
+
+    metrics = RankMetrics(rank, local_rank, host, job)
+    metrics.tick({})  # host gauges have values from the first scrape on
+    writer.add_observer(metrics.observe)
+    writer.add_tick(metrics.tick)
+    textfile_dir = os.environ.get("DDIAG_METRICS_TEXTFILE_DIR")
+    if textfile_dir:
+        writer.add_tick(lambda _r: _write_textfile(metrics, Path(textfile_dir), rank))
+    else:
+        addr = os.environ.get("DDIAG_METRICS_ADDR", "127.0.0.1")
+        start_http_server(port_for(local_rank), addr=addr, registry=metrics.registry)
+    return metrics
+
+
+def _write_textfile(metrics: RankMetrics, directory: Path, rank: int) -> None:
+    from prometheus_client import write_to_textfile
+
+    directory.mkdir(parents=True, exist_ok=True)
+    write_to_textfile(str(directory / f"ddiag_rank{rank}.prom"), metrics.registry)
