@@ -75,7 +75,7 @@ def prometheus(tmp_path, training):
 @needs_prometheus
 def test_prometheus_scrapes_both_ranks_with_their_labels(prometheus):
     def two_ranks():
-        res = query(prometheus, "/api/v1/query", query="ddiag_steps_total")["data"]["result"]
+        res = query(prometheus, "/api/v1/query", query="ddiag_steps_total > 0")["data"]["result"]
         return res if len({r["metric"]["rank"] for r in res}) == 2 else None
 
     series = wait_for(two_ranks, timeout=60)
