@@ -11,6 +11,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,22 +33,32 @@ def local(beat: RankBeat) -> bool:
     return beat.host in (None, socket.gethostname())
 
 
-def pyspy_cmd(beat: RankBeat) -> list[str]:
-    spy = shutil.which("py-spy") or str(Path(os.sys.executable).with_name("py-spy"))
-    cmd = [spy, "dump", "--pid", str(beat.pid), "--json"]
-    if local(beat) or not os.environ.get("SLURM_JOB_ID"):
+def on_node(beat: RankBeat, cmd: list[str]) -> list[str] | None:
+    """``cmd`` to run where the rank runs: here, or on its node through a Slurm step that
+    overlaps the job's own. None when the rank is remote and no Slurm job is known."""
+    if local(beat):
         return cmd
+    if not os.environ.get("SLURM_JOB_ID"):
+        return None
     return ["srun", "--overlap", f"--jobid={os.environ['SLURM_JOB_ID']}", "-N1", "-n1",
             f"--nodelist={beat.host}", *cmd]
+
+
+def pyspy_cmd(beat: RankBeat) -> list[str] | None:
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    return on_node(beat, [spy, "dump", "--pid", str(beat.pid), "--json"])
 
 
 def capture_stack(run_dir: Path, beat: RankBeat) -> Capture:
     """``py-spy dump --json`` of one rank into RUN_DIR/stacks/rankNNNNN.json."""
     out = RunDir(run_dir).path("stacks", beat.rank, ".json")
     out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = pyspy_cmd(beat)
+    if cmd is None:
+        return Capture(beat.rank, None, f"rank {beat.rank} runs on {beat.host}: run ddiag "
+                                        "watch inside the job's Slurm allocation to reach it")
     try:
-        res = subprocess.run(pyspy_cmd(beat), capture_output=True, text=True,
-                             timeout=PYSPY_TIMEOUT_S)
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=PYSPY_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return Capture(beat.rank, None, f"py-spy: {exc}")
     if res.returncode != 0:
@@ -64,12 +75,14 @@ def request_fr_dumps(beats: dict[int, RankBeat]) -> list[int]:
     without one is never signalled: SIGUSR1's default action would kill it."""
     sent = []
     for rank, beat in sorted(beats.items()):
-        if beat.fr_signal and beat.pid and local(beat):
-            try:
-                os.kill(beat.pid, getattr(signal, beat.fr_signal))
-                sent.append(rank)
-            except (ProcessLookupError, PermissionError, AttributeError):
-                pass
+        if not (beat.fr_signal and beat.pid and hasattr(signal, beat.fr_signal)):
+            continue
+        if local(beat):
+            _signal(beat.pid, getattr(signal, beat.fr_signal))
+            sent.append(rank)
+        elif (cmd := on_node(beat, ["kill", f"-{beat.fr_signal[3:]}", str(beat.pid)])):
+            subprocess.run(cmd, capture_output=True, timeout=PYSPY_TIMEOUT_S)
+            sent.append(rank)
     return sent
 
 

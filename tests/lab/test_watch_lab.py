@@ -1,0 +1,55 @@
+"""ddiag watch on the lab: a 2-node gloo job under Slurm where rank 1 (node2) hangs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.lab.labutil import SESSION_LAB, TORCHRUN, lab_env, run
+from tests.util import REPO, free_port
+
+HANG = REPO / "tests" / "programs" / "hang_ddp.py"
+pytestmark = pytest.mark.lab
+
+
+def job_id(env: dict) -> str:
+    for _ in range(100):
+        ids = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True,
+                             env=env).stdout.split()
+        if ids:
+            return ids[0]
+        subprocess.run(["sleep", "0.2"])
+    raise AssertionError("the job never showed up in squeue")
+
+
+def test_watch_names_the_hung_rank_on_another_node_with_its_stack(session_lab, tmp_path):
+    env = {**lab_env(SESSION_LAB), "GLOO_SOCKET_IFNAME": "eth0"}
+    out = tmp_path / "run"
+    node_cmd = (f"exec {TORCHRUN} --nnodes 2 --nproc-per-node 1 --node-rank $SLURM_NODEID "
+                f"--master-addr $DDIAG_LAB_MASTER_ADDR --master-port {free_port()} "
+                f"{HANG} --out {out} --hang-rank 1 --hang-step 30")
+    job = subprocess.Popen(["srun", "--time=3", "-N2", "-n2", "bash", "-c", node_cmd],
+                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True)
+    try:
+        watch_env = {**env, "SLURM_JOB_ID": job_id(env)}
+        res = run([sys.executable, "-m", "diag.cli", "watch", str(out), "--stall", "5", "--kill",
+                   "--timeout", "150", "--json"], timeout=200, env=watch_env)
+        job.wait(timeout=60)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert res.returncode == 1, res.stderr[-2000:]
+    doc = json.loads(res.stdout)
+    assert doc["alarm"]["laggards"] == [1]
+    assert doc["verdict"]["culprit"]["ranks"] == [1]
+    assert doc["verdict"]["culprit"]["hosts"] == ["node2"]
+    assert "hang_ddp.py:" in doc["verdict"]["title"]
+    assert {c["rank"] for c in doc["captures"] if c["path"]} == {0, 1}  # via srun --overlap
+    onset = json.loads((out / "heartbeat" / "rank00001.json").read_text())["span"]["since"]
+    assert doc["alarm"]["detected_at"] - onset <= 10.0
+    left = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout
+    assert left.strip() == ""
