@@ -4,7 +4,7 @@
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.ddiag-installed
-RUN_DIR ?= runs/demo-$(shell date +%Y%m%d-%H%M%S)
+RUN_DIR ?= runs/scale-test-$(shell date +%Y%m%d-%H%M%S)
 PYTEST_ARGS ?=
 
 .PHONY: demo test venv system-deps clean
@@ -18,13 +18,10 @@ $(STAMP): pyproject.toml
 	$(PY) -c "import torch, diag; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $(STAMP)
 
-# The built-in local default: a short 2-rank gloo training under the decorator, then
-# what each rank logged.
+# The built-in local default of the main job: a staged scale test (1 -> 2 -> ... ranks up
+# to this host's cores) of the reference trainer, with its report.
 demo: $(STAMP)
-	OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --nproc-per-node 2 --master-addr 127.0.0.1 \
-	  --master-port $$($(PY) -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])") \
-	  examples/decorated_ddp.py --out $(RUN_DIR) --steps 50
-	$(VENV)/bin/ddiag summary $(RUN_DIR)
+	$(VENV)/bin/ddiag scale-test --out $(RUN_DIR)
 
 # As root: Slurm and munge for the lab tests, Chromium and Prometheus for the report and
 # metrics tests. Both scripts are no-ops when everything is present.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -106,6 +107,58 @@ def watch(run_dir: Path, stall_s: float, kill: bool, timeout_s: float | None,
     else:
         render_watch(result)
     sys.exit(1 if result.alarm else 0)
+
+
+@main.command("scale-test")
+@click.option("--stages", default=None,
+              help="Comma-separated stages: process counts (local) or node counts (slurm). "
+                   "Default: 1,2,4,... up to this host's cores (local); 1,2,4 (slurm).")
+@click.option("--mode", default="ddp", show_default=True,
+              type=click.Choice(["ddp", "pipeline", "zero1", "zero2", "zero3"]))
+@click.option("--launcher", default="local", show_default=True,
+              type=click.Choice(["local", "slurm"]))
+@click.option("--nproc-per-node", default=1, show_default=True, type=int,
+              help="Ranks per node (slurm).")
+@click.option("--steps", default=30, show_default=True, type=int)
+@click.option("--batch", default=8, show_default=True, type=int, help="Per-rank micro-batch.")
+@click.option("--strong", is_flag=True, help="Strong scaling: keep the first stage's global batch.")
+@click.option("--inject", multiple=True, help="Trainer fault, e.g. slow_compute:rank=1 (repeatable).")
+@click.option("--stage-timeout", default=300.0, show_default=True, type=float)
+@click.option("--stall", default=30.0, show_default=True, type=float,
+              help="Seconds without progress before the watcher calls a hang.")
+@click.option("--keep-going", is_flag=True, help="Run later stages after a stage fails.")
+@click.option("--no-probes", is_flag=True, help="Skip the collective/compute/link probes.")
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Run directory (default: a new runs/scale-test-<time>).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+def scale_test(stages, mode, launcher, nproc_per_node, steps, batch, strong, inject,
+               stage_timeout, stall, keep_going, no_probes, out, as_json) -> None:
+    """Run the reference trainer at 1 -> 2 -> 4 -> N and explain where scaling breaks."""
+    from diag.render import render_scale_test
+    from diag.scaletest.config import ScaleTestConfig, default_stages
+    from diag.scaletest.run import scale_test as run_scale_test
+
+    out = out or Path("runs") / time.strftime("scale-test-%Y%m%d-%H%M%S")
+    if out.exists() and any(out.iterdir()):
+        fail(f"{out} exists and is not empty; ddiag never overwrites a run: pass a new --out")
+    try:
+        parsed = tuple(int(s) for s in stages.split(",")) if stages else default_stages(launcher)
+        cfg = ScaleTestConfig(out=out, stages=parsed, mode=mode, launcher=launcher,
+                              nproc_per_node=nproc_per_node, steps=steps, batch=batch,
+                              strong=strong, inject=tuple(inject), stage_timeout_s=stage_timeout,
+                              stall_s=stall, keep_going=keep_going, probes=not no_probes)
+    except ValueError as exc:
+        fail(str(exc).replace("invalid literal for int() with base 10",
+                              f"--stages must be integers like 1,2,4, got {stages!r}"))
+    out.mkdir(parents=True, exist_ok=True)
+    result = run_scale_test(cfg, status=lambda line: click.echo(f"ddiag scale-test: {line}",
+                                                                 err=True))
+    if as_json:
+        emit_json(result.to_json())
+    else:
+        render_scale_test(result)
+    sys.exit(0 if all(r.status == "ok" for r in result.stages) and result.cliff_stage is None
+             and not result.interrupted else 1)
 
 
 def _write_reports(result, html_out: Path | None, trace_out: Path | None) -> None:

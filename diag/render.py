@@ -91,3 +91,22 @@ def render_watch(result, console: Console | None = None) -> None:
         render_analysis(result.analysis, console)
     if result.killed:
         console.print(f"ended ranks {result.killed}")
+
+
+def render_scale_test(result, console: Console | None = None) -> None:
+    console = console or Console()
+    table = Table(title=f"ddiag scale-test: {result.config.mode}, {result.config.launcher} "
+                        f"launcher, {'strong' if result.config.strong else 'weak'} scaling")
+    for col in ("stage", "ranks", "status", "samp/s", "p50 ms", "p95 ms", "comm", "data",
+                "eff"):
+        table.add_column(col, justify="left" if col == "status" else "right")
+    for run, m, eff in zip(result.stages, result.metrics, result.efficiency):
+        mark = " <- cliff" if run.stage == result.cliff_stage else ""
+        table.add_row(str(run.stage), str(run.world_size), run.status + mark,
+                      _fmt(m and m.samples_per_s, ".1f"), _fmt(m and m.step_p50_s and m.step_p50_s * 1000, ".1f"),
+                      _fmt(m and m.step_p95_s and m.step_p95_s * 1000, ".1f"),
+                      _fmt(m and m.comm_share, ".0%"), _fmt(m and m.data_share, ".0%"),
+                      _fmt(eff, ".2f"))
+    console.print(table)
+    console.print(Text(f"verdict: {result.verdict}", style="bold"))
+    console.print(f"run directory: {result.config.out}")

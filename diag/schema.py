@@ -11,6 +11,7 @@ HEARTBEAT = "ddiag.heartbeat"
 RUN = "ddiag.run"
 LAB = "ddiag.lab"
 WATCH = "ddiag.watch"
+SCALE_TEST = "ddiag.scale_test"
 ENV_SNAPSHOT = "ddiag.env_snapshot"
 CHECK_ENV = "ddiag.check_env"
 PROBE_LINKS = "ddiag.probe_links"
@@ -24,6 +25,7 @@ VERSIONS: dict[str, int] = {
     RUN: 1,
     LAB: 1,
     WATCH: 1,
+    SCALE_TEST: 1,
     ENV_SNAPSHOT: 1,
     CHECK_ENV: 1,
     PROBE_LINKS: 1,

@@ -63,15 +63,17 @@ def job_finished(run_dir: Path, ranks: set[int]) -> bool:
 
 def watch(run_dir: Path, stall_s: float = 60.0, *, kill: bool = False, poll_s: float = 0.5,
           timeout_s: float | None = None, same_point_s: float | None = None,
-          status: Callable[[str], None] = lambda _: None) -> WatchResult:
-    """Watch until a hang (then respond), the job finishing, or ``timeout_s``."""
+          status: Callable[[str], None] = lambda _: None,
+          stop: Callable[[], bool] = lambda: False) -> WatchResult:
+    """Watch until a hang (then respond), the job finishing, ``stop()`` (the caller saw
+    the job exit), or ``timeout_s``."""
     watcher = Watcher(stall_s, same_point_s)
     result = WatchResult(str(run_dir))
     last_line = None
     deadline = time.monotonic() + timeout_s if timeout_s else None
     while deadline is None or time.monotonic() < deadline:
         beats = read_beats(run_dir)
-        if beats and job_finished(run_dir, set(beats)):
+        if (beats and job_finished(run_dir, set(beats))) or stop():
             result.ended = "job finished"
             return result
         alarm = watcher.observe(beats, time.time())

@@ -1,0 +1,56 @@
+"""check-env snapshots into findings: every failed or warned check is one, and the
+across-rank checks are run again over the snapshots that are there (a run directory may
+hold snapshots that were never merged, when the job died before rank 0 reported).
+"""
+
+from __future__ import annotations
+
+from diag import schema
+from diag.analyze.inputs import Inputs
+from diag.analyze.types import Category, Culprit, Evidence, Finding, Severity
+from diag.checkenv.report import build_report
+from diag.checkenv.snapshot import Snapshot, snapshot_from_json
+from diag.checkenv.types import CheckResult, Status
+
+SEVERITY = {Status.FAIL: Severity.ERROR, Status.WARN: Severity.WARN}
+CONFIDENCE = {Status.FAIL: 0.9, Status.WARN: 0.5}
+# Consequences of another failure: the group does not form because an interface is wrong.
+SYMPTOMS = {"cross.group"}
+
+
+def load(inputs: Inputs) -> tuple[list[Snapshot], dict[int, str]]:
+    """Readable snapshots, and each rank's file for evidence; unreadable ones are skipped
+    (a schema from a newer ddiag, a truncated write)."""
+    snaps, paths = [], {}
+    for doc in inputs.docs_of(schema.ENV_SNAPSHOT):
+        try:
+            snap = snapshot_from_json(doc.doc, doc.path)
+        except (ValueError, KeyError, TypeError):
+            continue
+        snaps.append(snap)
+        paths[snap.rank] = doc.path
+    return snaps, paths
+
+
+def detect(inputs: Inputs) -> list[Finding]:
+    snaps, paths = load(inputs)
+    if not snaps:
+        return []
+    world = max((s.world_size or 0 for s in snaps), default=0) or None
+    report = build_report(snaps, world)
+    bad = [r for r in report.results if r.status in SEVERITY]
+    causes = any(r.status is Status.FAIL and r.check not in SYMPTOMS for r in bad)
+    return [finding(r, paths, root_cause=not (causes and r.check in SYMPTOMS)) for r in bad]
+
+
+def finding(result: CheckResult, paths: dict[int, str], root_cause: bool) -> Finding:
+    files = [paths[r] for r in result.ranks if r in paths][:4] or list(paths.values())[:1]
+    where = f" on {', '.join(result.nodes)}" if result.nodes else ""
+    return Finding(
+        category=Category(result.category), severity=SEVERITY[result.status],
+        confidence=CONFIDENCE[result.status], title=f"{result.summary}{where}",
+        culprit=Culprit(ranks=result.ranks, hosts=result.nodes, env_var=result.env_var),
+        evidence=tuple(Evidence(f, None, f"check-env {result.check}: {result.summary}")
+                       for f in files),
+        fix=result.fix, detector="env_snapshots", root_cause=root_cause,
+        details={"check": result.check})

@@ -1,0 +1,292 @@
+"""Launcher and environment mistakes read from text logs (an impossible MASTER_ADDR, a
+port in use, a missing variable, two ranks on one GPU, a tiny /dev/shm, settings that
+differ across nodes) and component versions that differ across hosts."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+from diag.analyze.detectors.logs_common import (SignalIndex, bare_address, classify_address,
+                                                env_values, index, is_ip, make, multi_node)
+from diag.analyze.signals import Signal
+from diag.analyze.types import Category, Finding, Severity
+
+DETECTOR = "logs_config"
+_WHY = {"netmask": "a netmask, not a host", "wildcard": "the wildcard address, not a host",
+        "loopback": "loopback, which other nodes cannot reach",
+        "unresolvable": "a name no DNS or /etc/hosts knows"}
+_CONFIDENCE = {"netmask": 0.9, "wildcard": 0.85, "unresolvable": 0.85, "loopback": 0.7}
+_FAILURE_KINDS = ("watchdog_timeout", "exception", "nccl_error", "nccl_warn", "gloo_error",
+                  "elastic_failure", "store_connect_failed", "store_connect_timeout")
+# "2.18.5+cuda12.2" -> "2.18.5": the comparable part of a version
+_VERSION_CORE = re.compile(r"\d+(?:\.\d+){1,2}")
+
+_FIX_ADDR = (
+    "MASTER_ADDR (or --master-addr / --rdzv-endpoint) resolves to {addr}, {why}. Set it to "
+    "the IP or resolvable hostname of the node that runs rank 0, reachable from every node "
+    "(under Slurm: MASTER_ADDR=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1)).")
+_FIX_PORT = (
+    "Nothing listens on {host}:{port}: MASTER_PORT (and MASTER_ADDR) must be the same on every "
+    "node and match the port rank 0's store binds; rank 0 must have started (and not crashed).")
+_FIX_RESOLVE = (
+    "Use an IP for MASTER_ADDR, or add the node names to DNS or /etc/hosts on every node "
+    "(in containers: --add-host or the host's /etc/hosts).")
+_FIX_HOSTNAME = (
+    "The host cannot resolve its own name: add `<its IP> <its hostname>` to /etc/hosts (in a "
+    "container, pass --hostname with a matching --add-host), or set MASTER_ADDR to an IP.")
+_FIX_MISSING = (
+    "Launch with torchrun (it sets {var}) or export {var} on every rank before "
+    "init_process_group(init_method='env://').")
+_FIX_IN_USE = (
+    "Port {port} is taken on the master node (another job, or a leftover process of a previous "
+    "run: `ss -ltnp | grep {port}`): pick a free MASTER_PORT per job, e.g. "
+    "20000 + $SLURM_JOB_ID % 20000.")
+_FIX_DUP_GPU = (
+    "Two ranks share one GPU: call torch.cuda.set_device(LOCAL_RANK) before "
+    "init_process_group, and check CUDA_VISIBLE_DEVICES and --nproc-per-node against the GPUs "
+    "of each node.")
+_FIX_DEVICE = (
+    "A rank asked for a GPU that does not exist: --nproc-per-node must not exceed the visible "
+    "GPUs; check CUDA_VISIBLE_DEVICES and use LOCAL_RANK (not RANK) as the device index.")
+_FIX_SHM = (
+    "Shared memory runs out: the container's /dev/shm is too small for NCCL or DataLoader "
+    "workers. Run with --ipc=host or --shm-size=16g (Kubernetes: an emptyDir with "
+    "medium: Memory on /dev/shm).")
+_FIX_GID = (
+    "Queue-pair setup fails, typically a RoCE GID index mismatch: find the RoCE v2 GID with "
+    "`show_gids` and set NCCL_IB_GID_INDEX to it on every node (often 3).")
+_FIX_SKEW = (
+    "Set {var} identically on every node (export it in the job script so the launcher passes "
+    "it to every rank).")
+_FIX_VERSIONS = (
+    "Install one {comp} version on every node (same container image, module or wheel); mixed "
+    "versions can hang or fail in init and in collectives.")
+_FIX_CUDA_STACK = (
+    "The CUDA stack does not match: update the NVIDIA driver to one that supports the CUDA the "
+    "wheel was built for (nvidia-smi shows the driver's CUDA), or install a torch build for "
+    "this driver and GPU arch; keep NCCL the same on every node.")
+
+
+def detect(inputs) -> list[Finding]:
+    idx = index(inputs)
+    findings: list[Finding] = []
+    for rule in (_master_addr, _master_port, _name_resolution, _hostname, _env_missing,
+                 _port_in_use, _duplicate_gpu, _device_mapping, _shm, _ib_gid, _env_skew,
+                 _versions, _version_errors):
+        findings += rule(idx)
+    return findings
+
+
+def _hosts(sigs: list[Signal]) -> list[str]:
+    return [s.host for s in sigs if s.host]
+
+
+def _first_rank(sigs: list[Signal]) -> list[int]:
+    return sorted({s.rank for s in sigs if s.rank is not None})[:1]
+
+
+# ---------------------------------------------------------------------------------------
+# The rendezvous address and port
+
+
+def _master_addr(idx: SignalIndex) -> list[Finding]:
+    bad: dict[str, list[Signal]] = defaultdict(list)
+    kinds: dict[str, str] = {}
+    unresolved = {s.fields.get("host") for s in idx.of("name_resolution_failed")}
+    for s in idx.of("store_connect_failed", "store_connect_timeout", "name_resolution_failed"):
+        host = s.fields.get("host")
+        kind = _bad_address(idx, host, unresolved)
+        if kind:
+            bad[host].append(s)
+            kinds[host] = kind
+    return [_addr_finding(idx, host, kinds[host], sigs) for host, sigs in bad.items()]
+
+
+def _bad_address(idx: SignalIndex, host: str | None, unresolved: set) -> str | None:
+    if not host:
+        return None
+    kind = classify_address(host)
+    if kind == "loopback" and not multi_node(idx):
+        return None  # one node: 127.0.0.1 is right
+    if kind is None and host in unresolved and not is_ip(host):
+        return "unresolvable"
+    return kind
+
+
+def _addr_finding(idx: SignalIndex, host: str, kind: str, sigs: list[Signal]) -> Finding:
+    addr = bare_address(host)
+    fix = _FIX_ADDR.format(addr=addr, why=_WHY[kind])
+    return make(Category.ENV_MISCONFIG, f"MASTER_ADDR={addr} is {_WHY[kind]}", fix, DETECTOR,
+                _CONFIDENCE[kind], sigs + env_values(idx, "MASTER_ADDR"), env_var="MASTER_ADDR",
+                details={"address": addr, "problem": kind})
+
+
+def _master_port(idx: SignalIndex) -> list[Finding]:
+    """Connection refused at a plausible store address: nothing listens on that port."""
+    sigs = [s for s in idx.of("store_connect_failed") if s.fields.get("errno") == 111
+            and classify_address(s.fields.get("host") or "") in (None, "loopback")]
+    if not sigs:
+        return []
+    host, port = sigs[0].fields.get("host"), sigs[0].fields.get("port")
+    title = f"the rendezvous store at {host}:{port} refuses connections"
+    return [make(Category.ENV_MISCONFIG, title, _FIX_PORT.format(host=host, port=port), DETECTOR,
+                 0.6, sigs + env_values(idx, "MASTER_PORT"), env_var="MASTER_PORT")]
+
+
+def _name_resolution(idx: SignalIndex) -> list[Finding]:
+    stores = {s.fields.get("host") for s in idx.of("store_connect_failed", "store_connect_timeout")}
+    sigs = [s for s in idx.of("name_resolution_failed") if s.fields.get("host") not in stores]
+    if not sigs or any(classify_address(s.fields.get("host") or "") for s in sigs):
+        return []
+    host = next((s.fields["host"] for s in sigs if s.fields.get("host")), None)
+    title = f"hostname {host} cannot be resolved" if host else "a hostname cannot be resolved"
+    return [make(Category.ENV_MISCONFIG, title, _FIX_RESOLVE, DETECTOR, 0.75 if host else 0.55,
+                 sigs, env_var="MASTER_ADDR")]
+
+
+def _hostname(idx: SignalIndex) -> list[Finding]:
+    sigs = idx.of("hostname_unresolvable")
+    if not sigs:
+        return []
+    return [make(Category.ENV_MISCONFIG, "the client socket's own hostname cannot be resolved",
+                 _FIX_HOSTNAME, DETECTOR, 0.7, sigs, hosts=_hosts(sigs))]
+
+
+def _env_missing(idx: SignalIndex) -> list[Finding]:
+    sigs = idx.of("env_missing")
+    if not sigs:
+        return []
+    var = sigs[0].fields.get("var")
+    return [make(Category.ENV_MISCONFIG, f"{var} is not set", _FIX_MISSING.format(var=var),
+                 DETECTOR, 0.9, sigs, env_var=var)]
+
+
+def _port_in_use(idx: SignalIndex) -> list[Finding]:
+    sigs = idx.of("store_bind_failed")
+    if not sigs:
+        return []
+    port = next((s.fields["port"] for s in sigs if s.fields.get("port")), None)
+    title = f"the store cannot bind port {port or '?'}: address already in use"
+    return [make(Category.ENV_MISCONFIG, title, _FIX_IN_USE.format(port=port or "MASTER_PORT"),
+                 DETECTOR, 0.7, sigs, env_var="MASTER_PORT")]
+
+
+# ---------------------------------------------------------------------------------------
+# Devices, shared memory, IB GID
+
+
+def _duplicate_gpu(idx: SignalIndex) -> list[Finding]:
+    sigs = idx.of("nccl_duplicate_gpu")
+    if not sigs:
+        return []
+    ranks = sorted({r for s in sigs for r in s.fields.get("ranks", [])})
+    title = f"ranks {', '.join(map(str, ranks))} use the same GPU"
+    return [make(Category.ENV_MISCONFIG, title, _FIX_DUP_GPU, DETECTOR, 0.85, sigs,
+                 ranks=ranks[-1:], hosts=_hosts(sigs), env_var="CUDA_VISIBLE_DEVICES")]
+
+
+def _device_mapping(idx: SignalIndex) -> list[Finding]:
+    sigs = idx.of("device_mapping_error")
+    if not sigs:
+        return []
+    return [make(Category.ENV_MISCONFIG, "a rank maps to a GPU that is not there", _FIX_DEVICE,
+                 DETECTOR, 0.75, sigs, ranks=_first_rank(sigs), env_var="CUDA_VISIBLE_DEVICES")]
+
+
+def _shm(idx: SignalIndex) -> list[Finding]:
+    sigs = idx.of("shm_error")
+    if not sigs:
+        return []
+    return [make(Category.ENV_MISCONFIG, "shared-memory allocation fails (/dev/shm too small)",
+                 _FIX_SHM, DETECTOR, 0.75, sigs, hosts=_hosts(sigs))]
+
+
+def _ib_gid(idx: SignalIndex) -> list[Finding]:
+    sigs = [s for s in idx.of("nccl_ib_error")
+            if s.fields.get("gid") or "modify_qp" in str(s.fields.get("op"))]
+    if not sigs:
+        return []
+    return [make(Category.ENV_MISCONFIG, "IB/RoCE queue-pair setup fails (GID index)", _FIX_GID,
+                 DETECTOR, 0.6, sigs, hosts=_hosts(sigs), env_var="NCCL_IB_GID_INDEX")]
+
+
+# ---------------------------------------------------------------------------------------
+# Differences across hosts
+
+
+def _env_skew(idx: SignalIndex) -> list[Finding]:
+    """NCCL's ENV lines are what each process really ran with: one variable with different
+    values on different hosts is a launcher that did not propagate it."""
+    hosts_by_value: dict[str, dict[str, set]] = defaultdict(lambda: defaultdict(set))
+    sigs_by_var: dict[str, list[Signal]] = defaultdict(list)
+    for s in idx.of("env"):
+        if s.fields.get("source") == "nccl" and s.host:
+            hosts_by_value[s.fields["var"]][s.fields.get("value")].add(s.host)
+            sigs_by_var[s.fields["var"]].append(s)
+    out = []
+    for var, values in hosts_by_value.items():
+        if len(values) > 1:
+            odd = min(values.values(), key=len)
+            title = f"{var} differs across hosts ({_spread(values)})"
+            out.append(make(Category.ENV_MISCONFIG, title, _FIX_SKEW.format(var=var), DETECTOR,
+                            0.6, sigs_by_var[var], hosts=odd, env_var=var))
+    return out
+
+
+def _spread(values: dict) -> str:
+    return "; ".join(f"{v}: {', '.join(sorted(h)[:3])}" for v, h in sorted(values.items(), key=str))
+
+
+def _versions(idx: SignalIndex) -> list[Finding]:
+    by_comp: dict[str, list[Signal]] = defaultdict(list)
+    for s in idx.of("version"):
+        by_comp[s.fields.get("component")].append(s)
+    failing = any(idx.has(k) for k in _FAILURE_KINDS)
+    found = [_version_spread(comp, sigs, failing) for comp, sigs in by_comp.items()]
+    return [f for f in found if f]
+
+
+def _version_spread(comp: str, sigs: list[Signal], failing: bool) -> Finding | None:
+    """Different versions held by different hosts (or ranks). One process printing two
+    versions (torch's bundled NCCL and the loaded one) is not a spread across the job."""
+    owners: dict[str, set] = defaultdict(set)
+    by_version: dict[str, list[Signal]] = defaultdict(list)
+    for s in sigs:
+        m = _VERSION_CORE.search(str(s.fields.get("version", "")))
+        if m:
+            owners[_owner(s)].add(m.group(0))
+            by_version[m.group(0)].append(s)
+    attributed = [vs for owner, vs in owners.items() if owner]
+    if len(by_version) < 2 or (attributed and len({frozenset(v) for v in attributed}) < 2):
+        return None
+    minority = min(by_version.values(), key=len)
+    spread = ", ".join(f"{v} on {_who(ss)}" for v, ss in sorted(by_version.items()))
+    # versions nobody can tie to a host or rank may be pip chatter: never more than a warning
+    sure = len(attributed) >= 2
+    hosts = _hosts(minority)
+    ranks = [] if hosts else sorted({s.rank for s in minority if s.rank is not None})
+    return make(Category.VERSION_MISMATCH, f"{comp} versions differ: {spread}",
+                _FIX_VERSIONS.format(comp=comp), DETECTOR, 0.8 if sure else 0.4, sigs, hosts=hosts,
+                ranks=ranks, severity=Severity.ERROR if failing and sure else Severity.WARN)
+
+
+def _owner(sig: Signal) -> str:
+    return sig.host or (f"rank {sig.rank}" if sig.rank is not None else "")
+
+
+def _who(sigs: list[Signal]) -> str:
+    hosts = sorted({s.host for s in sigs if s.host})
+    if hosts:
+        return ", ".join(hosts[:3]) + (" ..." if len(hosts) > 3 else "")
+    ranks = sorted({s.rank for s in sigs if s.rank is not None})
+    return "ranks " + ", ".join(map(str, ranks[:4])) if ranks else f"line {sigs[0].line}"
+
+
+def _version_errors(idx: SignalIndex) -> list[Finding]:
+    sigs = idx.of("version_error")
+    if not sigs:
+        return []
+    title = f"version incompatibility: {sigs[0].fields.get('what')}"
+    return [make(Category.VERSION_MISMATCH, title, _FIX_CUDA_STACK, DETECTOR, 0.85, sigs,
+                 hosts=_hosts(sigs), ranks=_first_rank(sigs))]

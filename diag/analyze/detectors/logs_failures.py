@@ -1,0 +1,329 @@
+"""Crashes and wrong numbers read from text logs: out of memory, mismatched collective
+fingerprints, NaN/Inf losses, DDP unused parameters, and hardware, driver or unexplained
+errors. The culprit is the rank that failed first, not the ones that died after it."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from diag.analyze.detectors.logs_common import (
+    SignalIndex,
+    earliest,
+    fmt_ranks,
+    index,
+    is_consequence,
+    make,
+    ranks_seen,
+)
+from diag.analyze.signals import Signal
+from diag.analyze.types import Category, Finding, Severity
+
+DETECTOR = "logs_failures"
+
+_FIX_GPU_OOM = (
+    "Reduce memory on that rank: a smaller micro-batch or sequence length, activation "
+    "checkpointing, FSDP/ZeRO sharding, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+    "against fragmentation; check for a rank that gets larger batches (uneven data) or also "
+    "runs evaluation."
+)
+_FIX_HOST_OOM = (
+    "The host ran out of memory: fewer DataLoader workers, a smaller prefetch, less data "
+    "loaded per rank, or more memory for the job (Slurm --mem); `dmesg | grep -i oom` "
+    "confirms the OOM killer."
+)
+_FIX_ORDER = (
+    "Make every rank issue the same collectives in the same order: look for rank- or "
+    "data-dependent branches around collectives."
+)
+_FIX_SHAPES = (
+    "Make the tensors agree across ranks: pad variable-size inputs; with DeepSpeed ZeRO-3, "
+    "make every rank run the same modules each step (e.g. a dummy input through a branch "
+    "some batches skip)."
+)
+_FIX_NAN = (
+    "Find the first non-finite value: torch.autograd.set_detect_anomaly(True) for a short "
+    "run, check the inputs of the first bad step, lower the learning rate or clip gradients, "
+    "and prefer bf16 over fp16 (or keep the loss scaler)."
+)
+_FIX_UNUSED = (
+    "Some parameters get no gradient in a step (a branch not taken, an unused head). Pass "
+    "find_unused_parameters=True to DistributedDataParallel (slower), or remove/freeze the "
+    "unused parameters, or make every rank run the same branches; "
+    "TORCH_DISTRIBUTED_DEBUG=DETAIL names them."
+)
+_FIX_HARDWARE = {
+    "fabric_manager": (
+        "Check nvidia-fabricmanager on that node (systemctl status nvidia-fabricmanager): it "
+        "must run, with the driver's exact version, before any CUDA job. Reboot the node if it "
+        "was restarted while GPUs were in use."
+    ),
+    "system_not_ready": (
+        "CUDA reports the system not initialized: on NVSwitch systems start "
+        "nvidia-fabricmanager (matching the driver version), then retry."
+    ),
+    None: (
+        "Drain the node and check the GPU: nvidia-smi -q -d ECC,PAGE_RETIREMENT, "
+        "`dmesg | grep -i xid`, and the vendor's diagnostics (dcgmi diag -r 3); reset or "
+        "replace the GPU."
+    ),
+}
+_FIX_NCCL_CUDA = {
+    "peer": (
+        "GPU peer-to-peer access fails between these GPUs (often IOMMU/ACS on PCIe hosts, or a "
+        "VM): disable IOMMU/ACS (iommu=pt), or set NCCL_P2P_DISABLE=1 to route around P2P."
+    ),
+    "nvls": (
+        "NVLS (NVLink SHARP) setup failed: usually nvidia-fabricmanager was restarted while GPUs "
+        "were in use, or does not match the driver. Reboot the node (or restart fabric manager "
+        "with no GPU processes); NCCL_NVLS_ENABLE=0 avoids the NVLS path meanwhile."
+    ),
+    None: (
+        "A CUDA call inside NCCL failed: check the driver/CUDA versions on that node "
+        "(nvidia-smi), the GPU's health (dmesg | grep -i xid), and rerun with NCCL_DEBUG=INFO "
+        "to see which transport fails."
+    ),
+}
+_FIX_CUDA_ERROR = (
+    "Rerun with CUDA_LAUNCH_BLOCKING=1 to find the failing kernel; a device-side assert is "
+    "usually an index out of range (labels vs. vocabulary size); an illegal memory access can "
+    "also be a bad GPU (check dmesg for Xid errors)."
+)
+
+
+def detect(inputs) -> list[Finding]:
+    idx = index(inputs)
+    findings: list[Finding] = []
+    for rule in (_oom, _fingerprints, _size_mismatch, _nan, _unused_parameters, _hardware,
+                 _nccl_cuda, _cuda_errors, _slurm_nodes):
+        findings += rule(idx)
+    if not findings:
+        findings += _unexplained(idx)
+    return findings
+
+
+def _culprit(sig: Signal | None) -> list[int]:
+    return [sig.rank] if sig is not None and sig.rank is not None else []
+
+
+# ---------------------------------------------------------------------------------------
+# Out of memory
+
+
+def _oom(idx: SignalIndex) -> list[Finding]:
+    strong = [s for s in idx.of("oom") if not s.fields.get("weak")]
+    strong += [s for s in idx.of("nccl_cuda_failure")
+               if "out of memory" in s.fields.get("error", "")]
+    if strong:
+        return [_oom_finding(strong, 0.9 if _on_gpu(strong) else 0.8)]
+    weak = [s for s in idx.of("oom") if s.fields.get("weak")] + _sigkilled(idx)
+    return [_oom_finding(weak, 0.5)] if weak else []
+
+
+def _on_gpu(sigs: list[Signal]) -> bool:
+    return any(s.fields.get("device") == "gpu" or s.kind == "nccl_cuda_failure" for s in sigs)
+
+
+def _sigkilled(idx: SignalIndex) -> list[Signal]:
+    # exit code -9 with nothing else said is most often the kernel's OOM killer
+    out = [s for s in idx.of("elastic_failure", "elastic_worker_failed")
+           if s.fields.get("exitcode") == -9 or s.fields.get("signal") == "SIGKILL"]
+    statuses = ("Killed", "Out Of Memory")
+    out += [s for s in idx.of("slurm_task_exit")
+            if any(word in s.fields.get("status", "") for word in statuses)]
+    return out
+
+
+def _oom_finding(sigs: list[Signal], confidence: float) -> Finding:
+    first = earliest(sigs)
+    ranks = _culprit(first)
+    where = "GPU" if _on_gpu(sigs) else "host"
+    who = fmt_ranks(ranks) if ranks else "a rank"
+    fix = _FIX_GPU_OOM if where == "GPU" else _FIX_HOST_OOM
+    oom_ranks = sorted({s.rank for s in sigs if s.rank is not None})
+    return make(Category.OOM, f"{who} ran out of {where} memory first", fix, DETECTOR, confidence,
+                sigs, ranks=ranks, hosts=[first.host], details={"oom_ranks": oom_ranks})
+
+
+# ---------------------------------------------------------------------------------------
+# Collective fingerprints (TORCH_DISTRIBUTED_DEBUG=DETAIL) and size mismatches
+
+
+def _fingerprints(idx: SignalIndex) -> list[Finding]:
+    sigs = idx.of("fingerprint_mismatch")
+    if not sigs:
+        return []
+    variants = _fingerprint_variants(sigs)
+    op_or_seq = {(v[0], v[1]) for v in variants.values()}
+    in_order = len(op_or_seq) > 1 or _aspect(sigs, "Op type", "Sequence")
+    category = Category.COLLECTIVE_MISMATCH if in_order else Category.SHAPE_MISMATCH
+    sides = "; ".join(f"rank {r}: {_describe(v)}" for r, v in sorted(variants.items())[:4])
+    what = "different collectives" if in_order else "the same collective with different tensors"
+    details = {"fingerprints": {str(r): list(v) for r, v in variants.items()}}
+    return [make(category, f"ranks run {what} ({sides})", _FIX_ORDER if in_order else _FIX_SHAPES,
+                 DETECTOR, 0.9, sigs, ranks=_odd_rank_out(sigs, variants), details=details)]
+
+
+def _fingerprint_variants(sigs: list[Signal]) -> dict[int, tuple]:
+    variants: dict[int, tuple] = {}
+    for s in sigs:
+        for side in s.fields.get("sides", []):
+            fingerprint = (side.get("op"), side.get("seq"), side.get("shape"), side.get("dtype"))
+            variants.setdefault(side["rank"], fingerprint)
+    return variants
+
+
+def _aspect(sigs: list[Signal], *words: str) -> bool:
+    return any(w in s.fields.get("aspects", "") for s in sigs for w in words)
+
+
+def _odd_rank_out(sigs: list[Signal], variants: dict[int, tuple]) -> list[int]:
+    """The ranks whose fingerprint the fewest share; with a 1:1 tie, the rank torch calls
+    inconsistent, else the one the reporter compared itself against (torch names the first
+    rank that differs from the reporting one)."""
+    counts = Counter(variants.values())
+    if len(counts) < 2:
+        return []
+    fewest = min(counts.values())
+    rarest = [v for v, n in counts.items() if n == fewest]
+    if len(rarest) == 1 and fewest < max(counts.values()):
+        return sorted(r for r, v in variants.items() if v == rarest[0])
+    inconsistent = [s.fields["sides"][0]["rank"] for s in sigs
+                    if s.fields.get("inconsistent") and s.fields.get("sides")]
+    if inconsistent:
+        return inconsistent[:1]
+    pairs = [s.fields["sides"] for s in sigs if len(s.fields.get("sides", [])) > 1]
+    others = Counter(sides[1]["rank"] for sides in pairs)
+    return [others.most_common(1)[0][0]] if others else []
+
+
+def _describe(v: tuple) -> str:
+    op, seq, shape, dtype = v
+    parts = (op, f"#{seq}" if seq is not None else None, shape, dtype)
+    return " ".join(str(x) for x in parts if x)
+
+
+def _size_mismatch(idx: SignalIndex) -> list[Finding]:
+    sigs = [s for s in idx.of("gloo_error") if s.fields.get("what") == "size_mismatch"]
+    sigs += idx.of("nccl_truncated")
+    if not sigs or idx.has("fingerprint_mismatch"):
+        return []
+    title = ("a rank received more bytes than it posted: the ranks' tensor sizes differ in the "
+             "same collective")
+    fix = ("Rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL to see each rank's shape, then make them "
+           "agree (pad, or exchange sizes first).")
+    ranks = sorted({s.rank for s in sigs if s.rank is not None})[:1]
+    return [make(Category.SHAPE_MISMATCH, title, fix, DETECTOR, 0.6, sigs, ranks=ranks)]
+
+
+# ---------------------------------------------------------------------------------------
+# NaN / Inf and DDP unused parameters
+
+
+def _nan(idx: SignalIndex) -> list[Finding]:
+    sigs = idx.of("nan_loss")
+    if not sigs:
+        return []
+    first = earliest(sigs)
+    reporting = {s.rank for s in sigs if s.rank is not None}
+    # a rank is the culprit only when some ranks still had finite values
+    culprits = _culprit(first) if len(reporting) < max(len(ranks_seen(idx)), 2) else []
+    steps = [s.fields["step"] for s in sorted(sigs, key=lambda s: s.line)
+             if s.fields.get("step") is not None]
+    title = "non-finite loss or gradients" + (f" from step {steps[0]}" if steps else "")
+    title += f", first on {fmt_ranks(culprits)}" if culprits else ""
+    return [make(Category.NAN_INF, title, _FIX_NAN, DETECTOR, 0.8, sigs, ranks=culprits)]
+
+
+def _unused_parameters(idx: SignalIndex) -> list[Finding]:
+    sigs = idx.of("ddp_unused_params")
+    if not sigs:
+        return []
+    named = sorted({s.fields["named_rank"] for s in sigs if s.fields.get("named_rank") is not None})
+    who = f" on {fmt_ranks(named)}" if named else ""
+    return [make(Category.UNUSED_PARAMETERS, f"DDP parameters received no gradient{who}",
+                 _FIX_UNUSED, DETECTOR, 0.9, sigs, ranks=named)]
+
+
+# ---------------------------------------------------------------------------------------
+# Hardware, driver, CUDA
+
+
+def _hardware(idx: SignalIndex) -> list[Finding]:
+    sigs = idx.of("xid", "hardware_error")
+    if not sigs:
+        return []
+    kinds = {s.fields.get("what") for s in sigs}
+    fix = next((_FIX_HARDWARE[k] for k in kinds if k in _FIX_HARDWARE), _FIX_HARDWARE[None])
+    first = earliest(sigs)
+    title = f"GPU hardware or driver error: {first.text.strip()[:120]}"
+    return [make(Category.OTHER, title, fix, DETECTOR, 0.85, sigs, ranks=_culprit(first),
+                 hosts=[s.host for s in sigs])]
+
+
+def _nccl_cuda(idx: SignalIndex) -> list[Finding]:
+    sigs = [s for s in idx.of("nccl_cuda_failure")
+            if "out of memory" not in s.fields.get("error", "")]
+    if not sigs:
+        return []
+    first = earliest(sigs)
+    error = str(first.fields.get("error"))
+    where = ("peer" if "peer access" in error
+             else "nvls" if "nvls" in str(first.fields.get("src")).lower() else None)
+    title = f"CUDA failure inside NCCL ('{error}'{' in NVLS setup' if where == 'nvls' else ''})"
+    return [make(Category.OTHER, title, _FIX_NCCL_CUDA[where], DETECTOR, 0.75, sigs,
+                 ranks=_culprit(first), hosts=[s.host for s in sigs])]
+
+
+def _cuda_errors(idx: SignalIndex) -> list[Finding]:
+    sigs = idx.of("cuda_error")
+    if not sigs:
+        return []
+    first = earliest(sigs)
+    who = fmt_ranks([first.rank]) if first.rank is not None else "a rank"
+    title = f"CUDA error on {who}: {first.fields.get('message', '')[:100]}"
+    return [make(Category.OTHER, title, _FIX_CUDA_ERROR, DETECTOR, 0.6, sigs,
+                 ranks=_culprit(first))]
+
+
+def _slurm_nodes(idx: SignalIndex) -> list[Finding]:
+    sigs = idx.of("slurm_node_failure")
+    sigs += [s for s in idx.of("slurm_cancelled") if "NODE" in s.fields.get("reason", "")]
+    if not sigs:
+        return []
+    fix = ("Ask the admins to drain and check the node (sinfo -R); exclude it with --exclude "
+           "until it is fixed.")
+    return [make(Category.OTHER, "Slurm reports a node failure", fix, DETECTOR, 0.6, sigs,
+                 hosts=[s.fields.get("node") for s in sigs])]
+
+
+# ---------------------------------------------------------------------------------------
+# Nothing specific: the first rank's own exception, or NCCL's bare error code
+
+
+def _unexplained(idx: SignalIndex) -> list[Finding]:
+    own = [s for s in idx.of("exception") if not is_consequence(s)]
+    if own:
+        return [_first_exception(idx, own)]
+    codes = idx.of("nccl_error")
+    if not codes:
+        return []
+    fix = ("Rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV: the WARN line before the "
+           "error names the cause.")
+    title = f"NCCL {codes[0].fields.get('code')} error with no detail in the log"
+    return [make(Category.OTHER, title, fix, DETECTOR, 0.3, codes, severity=Severity.WARN)]
+
+
+def _first_exception(idx: SignalIndex, own: list[Signal]) -> Finding:
+    first = earliest(own)
+    rank = first.rank if first.rank is not None else _elastic_root_rank(idx)
+    who = fmt_ranks([rank]) if rank is not None else "a rank"
+    title = f"{first.fields.get('type')} on {who}: {first.fields.get('message', '')[:120]}"
+    fix = ("Fix this exception first: the other ranks' errors are consequences of this rank "
+           "leaving the job.")
+    ranks = [rank] if rank is not None else []
+    return make(Category.OTHER, title, fix, DETECTOR, 0.4, [first], ranks=ranks)
+
+
+def _elastic_root_rank(idx: SignalIndex) -> int | None:
+    roots = [s for s in idx.of("elastic_failure") if s.fields.get("root")]
+    return roots[0].rank if roots else None

@@ -1,0 +1,348 @@
+"""Hangs as text logs show them: the ranks that time out are victims; this names the rank
+they waited for and why it did not come (it hung, it issued a different collective, or it
+was busy for longer than the process-group timeout)."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from diag.analyze.detectors.logs_common import (SignalIndex, earliest, fmt_ranks, index, make,
+                                                own_failures, world_size)
+from diag.analyze.signals import Signal
+from diag.analyze.types import Category, Finding, Severity
+
+DETECTOR = "logs_hangs"
+# torch's barrier is a 1-element ALLREDUCE; these are the other control-flow collectives
+_CONTROL_FRAMES = frozenset({"barrier", "monitored_barrier", "broadcast_object_list",
+                             "all_gather_object", "gather_object", "scatter_object_list",
+                             "new_group", "_store_based_barrier"})
+_TRAINING_WORDS = ("epoch", "train", "fit", "iteration", "step", "batch")
+_TIMEOUT_WORDS = ("timed out", "Timed out", "Timeout", "Watchdog", "watchdog", "gloo/transport")
+_NAMING_KINDS = ("monitored_barrier_failed", "desync_report", "fr_missing_ranks", "blamed_rank")
+SHORT_TIMEOUT_MS = 120_000  # torch's defaults are 10 and 30 min; a 2-min one is a choice
+
+
+@dataclass(frozen=True)
+class Wait:
+    """One rank seen waiting in (or failing out of) a collective."""
+
+    rank: int | None
+    seq: int | None
+    op: str | None
+    numel: int | None
+    timeout_ms: int | None
+    pg: int | None
+    sig: Signal
+
+
+@dataclass
+class Verdict:
+    category: Category
+    culprits: tuple
+    confidence: float
+    reason: str
+    signals: list = field(default_factory=list)
+    root_cause: bool = True
+    # WARN when there is no culprit: a more specific cause, if any, should rank first
+    severity: Severity = Severity.ERROR
+
+
+def detect(inputs) -> list[Finding]:
+    idx = index(inputs)
+    waits = collect_waits(idx)
+    if not waits and not idx.has(*_NAMING_KINDS):
+        return []
+    verdict = judge(idx, waits)
+    return [_root_finding(verdict, waits), _symptom_finding(verdict, waits)]
+
+
+# ---------------------------------------------------------------------------------------
+# Who waited
+
+
+def collect_waits(idx: SignalIndex) -> list[Wait]:
+    waits = [_watchdog_wait(s) for s in idx.of("watchdog_timeout")]
+    waits += [_bare_wait(s) for s in idx.of("gloo_error") if s.fields.get("what") == "timeout"]
+    waits += [_bare_wait(s) for s in idx.of("store_wait_timeout")]
+    waits += [_bare_wait(s) for s in idx.of("exception") if _collective_exception(s)]
+    if waits:
+        waits += _elastic_victims(idx)
+    return waits
+
+
+def _watchdog_wait(s: Signal) -> Wait:
+    f = s.fields
+    return Wait(s.rank, f.get("seq"), f.get("op"), f.get("numel_in"), f.get("timeout_ms"),
+                f.get("pg"), s)
+
+
+def _bare_wait(s: Signal) -> Wait:
+    return Wait(s.rank, None, None, 1 if s.fields.get("tiny_tensor") else None, None, None, s)
+
+
+def _collective_exception(s: Signal) -> bool:
+    # a rank that cannot connect to the store never got as far as a collective
+    text = s.fields.get("message", "")
+    if "connect" in text or "rendezvous" in text.lower() or "store based barrier" in text:
+        return False
+    return bool(s.fields.get("in_collective")) or any(w in text for w in _TIMEOUT_WORDS)
+
+
+def _elastic_victims(idx: SignalIndex) -> list[Wait]:
+    # torchrun's failure list, when the failures are collective errors: those ranks waited.
+    # A SIGKILL (-9), or a rank with an error of its own, died by itself: not a victim.
+    own = {f.rank for f in own_failures(idx)}
+    return [Wait(s.rank, None, None, None, None, None, s) for s in idx.of("elastic_failure")
+            if s.fields.get("exitcode") != -9 and s.fields.get("signal") != "SIGKILL"
+            and s.rank not in own]
+
+
+# ---------------------------------------------------------------------------------------
+# Whom they waited for
+
+
+def judge(idx: SignalIndex, waits: list[Wait]) -> Verdict:
+    victims = {w.rank for w in waits if w.rank is not None}
+    world = world_size(idx)
+    for rule in (_failed_first, _monitored_barrier, _desync_report, _disagreement, _enqueue_gap,
+                 _lone_after_end, _absent_ranks, _lone_waiter):
+        verdict = rule(idx, waits, victims, world)
+        if verdict:
+            return verdict
+    reason = "no rank is visibly missing from the timeouts (the log may hold only some ranks)"
+    return Verdict(Category.RANK_HANG, (), 0.35, reason, severity=Severity.WARN)
+
+
+def _failed_first(idx, waits, victims, world) -> Verdict | None:
+    failures = [f for f in own_failures(idx) if f.rank is not None and f.rank not in victims]
+    first = earliest(failures)
+    if first is None:
+        return None
+    reason = f"rank {first.rank} failed first ({first.kind}); the others timed out waiting for it"
+    return Verdict(Category.RANK_HANG, (first.rank,), 0.6, reason, [first], root_cause=False)
+
+
+def _monitored_barrier(idx, waits, victims, world) -> Verdict | None:
+    sigs = idx.of("monitored_barrier_failed")
+    ranks = {r for s in sigs for r in s.fields.get("ranks", [])}
+    if not ranks:
+        return None
+    return _classified(idx, waits, victims, tuple(sorted(ranks)), 0.8,
+                       f"{fmt_ranks(ranks)} failed to reach monitoredBarrier", sigs, named=True)
+
+
+def _desync_report(idx, waits, victims, world) -> Verdict | None:
+    sigs = idx.of("desync_report", "fr_missing_ranks", "blamed_rank")
+    ranks = {r for s in sigs for r in s.fields.get("ranks", [])}
+    if not ranks:
+        return None
+    reason = f"torch's own diagnostics name {fmt_ranks(ranks)} as the rank the others waited for"
+    return _classified(idx, waits, victims, tuple(sorted(ranks)), 0.8, reason, sigs, named=True)
+
+
+def _disagreement(idx, waits, victims, world) -> Verdict | None:
+    """Ranks that time out on different collectives: the odd ones out are the culprits."""
+    first = _first_wait_per_rank(waits)
+    if len(first) < 2:
+        return None
+    for attr, category in (("seq", None), ("op", Category.COLLECTIVE_MISMATCH),
+                           ("numel", Category.SHAPE_MISMATCH)):
+        verdict = _odd_ones_out(first, attr, category)
+        if verdict:
+            return verdict
+    return None
+
+
+def _enqueue_gap(idx, waits, victims, world) -> Verdict | None:
+    """Ranks whose watchdog status shows a different last enqueued collective than the rest:
+    behind means it never issued the collective the others wait in."""
+    last: dict[int, Wait] = {}
+    for s in idx.of("watchdog_status"):
+        enq = s.fields.get("last_enqueued")
+        if s.rank is not None and enq is not None and (s.rank not in last
+                                                       or enq > last[s.rank].seq):
+            last[s.rank] = Wait(s.rank, enq, None, None, None, s.fields.get("pg"), s)
+    return _odd_ones_out(last, "seq", None) if len(last) >= 2 else None
+
+
+def _first_wait_per_rank(waits: list[Wait]) -> dict[int, Wait]:
+    first: dict[int, Wait] = {}
+    for w in waits:
+        if w.rank is None or w.seq is None:
+            continue
+        if w.rank not in first or w.seq < first[w.rank].seq:
+            first[w.rank] = w
+    return first
+
+
+def _odd_ones_out(first: dict[int, Wait], attr: str, category: Category | None) -> Verdict | None:
+    groups: dict = defaultdict(list)
+    for rank, w in first.items():
+        groups[(w.pg, getattr(w, attr))].append(rank)
+    by_pg = Counter(pg for pg, _ in groups)
+    if all(n < 2 for n in by_pg.values()):
+        return None
+    (major_key, major), *rest = sorted(groups.items(), key=lambda kv: -len(kv[1]))
+    rest = [(k, r) for k, r in rest if k[0] == major_key[0]]
+    if not rest or any(len(r) >= len(major) for _, r in rest):
+        return None
+    odd = tuple(sorted(r for _, ranks in rest for r in ranks))
+    sigs = [first[r].sig for r in odd] + [first[major[0]].sig]
+    if category is None:  # by seq: ahead means an extra collective, behind means stuck
+        ahead = all((k[1] or 0) > (major_key[1] or 0) for k, _ in rest)
+        category = Category.COLLECTIVE_MISMATCH if ahead else Category.RANK_HANG
+    what = {"seq": "sequence number", "op": "collective", "numel": "tensor size"}[attr]
+    reason = f"{fmt_ranks(odd)} timed out on a different {what} than {fmt_ranks(major)}"
+    return Verdict(category, odd, 0.75, reason, sigs)
+
+
+def _absent_ranks(idx, waits, victims, world) -> Verdict | None:
+    if not world or not victims:
+        return None
+    absent = set(range(world)) - victims
+    if not absent or len(absent) > len(victims):
+        return None
+    reason = f"{fmt_ranks(victims)} timed out in a collective that {fmt_ranks(absent)} never joined"
+    return _classified(idx, waits, victims, tuple(sorted(absent)), 0.7, reason, [])
+
+
+def _lone_after_end(idx, waits, victims, world) -> Verdict | None:
+    # training finished, so the ranks missing from the timeouts exited: not culprits
+    return _lone_waiter(idx, waits, victims, world) if idx.has("training_end") else None
+
+
+def _lone_waiter(idx, waits, victims, world) -> Verdict | None:
+    """One rank alone in a barrier after the others finished: it issued a collective that
+    only it calls (a barrier inside ``if rank == 0:``)."""
+    if len(victims) != 1:
+        return None
+    rank = next(iter(victims))
+    ends = idx.of("training_end")
+    barrier = _control_collective(idx, waits)
+    if not (ends or barrier):
+        return None
+    confidence = 0.75 if ends and barrier else 0.55
+    why = "waits alone in a barrier-like collective" + (" after training finished" if ends else "")
+    return Verdict(Category.COLLECTIVE_MISMATCH, (rank,), confidence, f"rank {rank} {why}",
+                   ends[:2])
+
+
+# ---------------------------------------------------------------------------------------
+# Why the culprit did not come
+
+
+def _classified(idx, waits, victims, culprits, confidence, reason, sigs,
+                named: bool = False) -> Verdict:
+    """The culprit is known; its category comes from what it was doing. ``named``: torch
+    itself named the rank that did not arrive (monitoredBarrier, desync debug), so the
+    barrier-shape of the collective says nothing about a mismatch."""
+    busy = _busy_progress(idx, victims)
+    if busy:
+        return Verdict(Category.TIMEOUT_TOO_SHORT, culprits, 0.75,
+                       f"{reason}, while progress lines show it still working", sigs + busy[-3:])
+    doing = _busy_activity(idx, culprits, waits)
+    if doing:
+        return Verdict(Category.TIMEOUT_TOO_SHORT, culprits, 0.55,
+                       f"{reason}; its last words were '{doing.fields['verb']}'", sigs + [doing])
+    short = [w for w in waits if w.timeout_ms and w.timeout_ms <= SHORT_TIMEOUT_MS]
+    if short:
+        seconds = short[0].timeout_ms // 1000
+        return Verdict(Category.TIMEOUT_TOO_SHORT, culprits, 0.5,
+                       f"{reason}; the process-group timeout is only {seconds} s", sigs)
+    if not named and _control_collective(idx, waits):
+        why = "the collective is a barrier or flag sync, which a rank-conditional path adds"
+        return Verdict(Category.COLLECTIVE_MISMATCH, culprits, min(confidence, 0.6),
+                       f"{reason}; {why}", sigs)
+    return Verdict(Category.RANK_HANG, culprits, confidence, reason, sigs)
+
+
+def _busy_progress(idx: SignalIndex, victims: set) -> list[Signal]:
+    """Progress lines that advance, from a rank that is not waiting: non-training work
+    (data preparation, a download) that outlasts the timeout."""
+    groups: dict = defaultdict(list)
+    for p in idx.of("progress"):
+        if p.rank not in victims and p.fields.get("style") == "bar":
+            groups[(p.file, p.rank, p.fields.get("desc", ""))].append(p)
+    for (_, _, desc), sigs in groups.items():
+        counts = [s.fields.get("n", 0) for s in sigs]
+        training = any(w in desc.lower() for w in _TRAINING_WORDS)
+        if len(sigs) >= 2 and max(counts) > min(counts) and not training:
+            return sigs
+    return []
+
+
+def _busy_activity(idx: SignalIndex, culprits: tuple, waits: list[Wait]) -> Signal | None:
+    """The culprit's last line before the timeouts says it was doing legitimate work
+    (saving, evaluating, downloading ...). Unranked lines count only right before the
+    first timeout, where the busy rank's output usually sits."""
+    if not waits:
+        return None
+    first = min(waits, key=lambda w: (w.sig.file, w.sig.line)).sig
+    before = [a for a in idx.of("activity") if a.file == first.file and a.line < first.line]
+    mine = [a for a in before if a.rank is not None and a.rank in culprits]
+    if mine:
+        return mine[-1]
+    near = [a for a in before if a.rank is None and first.line - a.line <= 3]
+    return near[-1] if near else None
+
+
+def _control_collective(idx: SignalIndex, waits: list[Wait]) -> bool:
+    for w in waits:
+        if (w.numel is not None and w.numel <= 1) or (w.op or "").upper().lstrip("_") == "BARRIER":
+            return True
+        frames = w.sig.fields.get("frames", []) if w.sig.kind == "exception" else []
+        if w.sig.fields.get("tiny_tensor") or _CONTROL_FRAMES.intersection(frames):
+            return True
+    return False
+
+
+# ---------------------------------------------------------------------------------------
+# Findings
+
+_FIXES = {
+    Category.RANK_HANG: (
+        "Find what {who} was doing when the others timed out: `py-spy dump --pid <pid>` on it "
+        "while it hangs, or rerun with TORCH_NCCL_DUMP_ON_TIMEOUT=1 TORCH_FR_BUFFER_SIZE=2000 for "
+        "Flight Recorder dumps (ddiag analyze reads them). Usual causes: a stuck DataLoader "
+        "worker, a deadlock, a lost GPU."),
+    Category.COLLECTIVE_MISMATCH: (
+        "Make every rank call the same collectives in the same order: look for a barrier, "
+        "save_checkpoint, evaluation, new_group or logging call inside `if rank == 0:` (or a "
+        "data-dependent branch) on {who}. TORCH_DISTRIBUTED_DEBUG=DETAIL reports the first "
+        "mismatching collective."),
+    Category.TIMEOUT_TOO_SHORT: (
+        "{who} is legitimately busy longer than the process-group timeout: do that work before "
+        "init_process_group (or in a separate single-process step), or raise the timeout, e.g. "
+        "init_process_group(timeout=timedelta(hours=2)) / DDPStrategy(timeout=...)."),
+    Category.SHAPE_MISMATCH: (
+        "{who} entered the same collective with a different tensor size: make the shapes agree "
+        "(pad variable-length data, or gather sizes first); TORCH_DISTRIBUTED_DEBUG=DETAIL names "
+        "the shapes."),
+}
+
+
+def _root_finding(v: Verdict, waits: list[Wait]) -> Finding:
+    who = fmt_ranks(v.culprits) if v.culprits else "the rank that never arrived"
+    fix = _FIXES.get(v.category, _FIXES[Category.RANK_HANG]).format(who=who)
+    sigs = v.signals + [w.sig for w in waits][:6]
+    title = f"{v.category.value.replace('_', ' ')}: {v.reason}"
+    victims = sorted({w.rank for w in waits if w.rank is not None})
+    return make(v.category, title, fix, DETECTOR, v.confidence, sigs, ranks=v.culprits,
+                root_cause=v.root_cause, severity=v.severity, details={"victims": victims})
+
+
+def _symptom_finding(v: Verdict, waits: list[Wait]) -> Finding:
+    victims = sorted({w.rank for w in waits if w.rank is not None})
+    who = fmt_ranks(victims) if victims else "some ranks"
+    return make(v.category, f"{who} timed out or failed waiting in {_collective(waits)}",
+                "These ranks are victims: see the root-cause finding.", DETECTOR, 0.9,
+                [w.sig for w in waits], root_cause=False, details={"victims": victims})
+
+
+def _collective(waits: list[Wait]) -> str:
+    timed = next((w for w in waits if w.op or w.seq is not None), None)
+    if timed is None:
+        return "a collective"
+    seq = f" (SeqNum {timed.seq})" if timed.seq is not None else ""
+    return f"{timed.op or 'a collective'}{seq}"

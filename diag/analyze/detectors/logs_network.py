@@ -1,0 +1,298 @@
+"""Network faults read from text logs: peers that cannot reach each other, NCCL or Gloo
+bootstrapping on an unusable interface, and InfiniBand silently replaced by TCP sockets."""
+
+from __future__ import annotations
+
+from diag.analyze.detectors.logs_common import (SignalIndex, bare_address, classify_address,
+                                                env_values, index, is_loopback, make, multi_node)
+from diag.analyze.signals import Signal
+from diag.analyze.types import Category, Finding, Severity
+
+DETECTOR = "logs_network"
+# errno -> (how sure a failed connect means "unreachable", what it usually is)
+_ERRNO = {
+    113: (0.85, "No route to host to a host that is up is a firewall REJECT (firewalld/"
+                "iptables) on the ports NCCL picks at random"),
+    101: (0.8, "the network is unreachable from this host: a route or the link is missing"),
+    110: (0.75, "connections time out: a firewall DROP, or a route that leads nowhere"),
+    111: (0.6, "the peer refused: its process died, or a firewall rejects with a reset"),
+    103: (0.55, "the connection was aborted mid-way: a firewall or a flapping link"),
+    104: (0.5, "the connection was reset: a peer died or a middlebox cut it"),
+}
+_UNKNOWN_ERRNO = (0.5, "connections between the nodes fail")
+_BRIDGES = ("docker", "virbr", "veth", "br-", "cni", "flannel", "vmnet")
+
+_FIX_FIREWALL = (
+    "Open the ports between the nodes (NCCL and Gloo use random ephemeral ports besides "
+    "MASTER_PORT): disable firewalld/ufw on the cluster network or allow the subnet, e.g. "
+    "`firewall-cmd --permanent --zone=trusted --add-source=<subnet>`; check with a TCP connect "
+    "from one node to the other on a high port.")
+_FIX_STORE = (
+    "Check that {host}:{port} is rank 0's node and reachable from every node (`nc -zv {host} "
+    "{port}` from a worker): MASTER_ADDR must be the master's IP on the network the nodes "
+    "share, rank 0 must have started, and no firewall may block the port.")
+_FIX_PARTIAL = (
+    "The missing nodes never reached the rendezvous store: check on them that MASTER_ADDR/"
+    "MASTER_PORT point at this node, that the port is open between the nodes "
+    "(`nc -zv <master> <port>`), and that they started.")
+_FIX_IB_LINK = (
+    "Check the IB link between the two hosts (ibstat, ibdiagnet, port error counters); a "
+    "flapping link or a peer that died mid-collective gives this. NCCL_IB_TIMEOUT=22 rides "
+    "out short flaps.")
+_FIX_NO_IFACE = (
+    "{named}no interface matches on the host: list them with `ip -br addr` and set "
+    "NCCL_SOCKET_IFNAME (and GLOO_SOCKET_IFNAME) to the one on the nodes' shared network, "
+    "e.g. eth0 or ib0; in a container, run with --net=host.")
+_FIX_FAMILY = (
+    "NCCL could not open a socket on any IP interface: the container or host has no usable "
+    "IPv4/IPv6 interface for bootstrap. Run the container with --net=host (or give it a "
+    "network), and set NCCL_SOCKET_IFNAME to an interface that exists and has an address.")
+_FIX_LOOPBACK = (
+    "A multi-node job bootstraps over loopback, which other nodes cannot reach: set "
+    "NCCL_SOCKET_IFNAME (and GLOO_SOCKET_IFNAME) to the cluster network's interface, e.g. eth0.")
+_FIX_BRIDGE = (
+    "NCCL picked a container bridge (docker0/172.17.x.x), private to each host: set "
+    "NCCL_SOCKET_IFNAME to the host's real interface (or ^docker,lo to exclude), or run the "
+    "containers with --net=host.")
+_FIX_GLOO_IFACE = (
+    "GLOO_SOCKET_IFNAME={iface} names an interface the host lacks: list them with "
+    "`ip -br addr` and set it to the one on the nodes' shared network.")
+_FIX_GLOO_MESH = (
+    "Gloo advertised an address the other ranks cannot use (often the hostname resolving to "
+    "127.0.1.1 in /etc/hosts): set GLOO_SOCKET_IFNAME (and NCCL_SOCKET_IFNAME) to the cluster "
+    "interface, or fix /etc/hosts so the hostname maps to the routable IP.")
+_FIX_NO_IB = (
+    "NCCL sees no InfiniBand device, so inter-node traffic goes over TCP sockets (many times "
+    "slower). In a container, expose the HCAs (--device=/dev/infiniband, or Slurm/pyxis "
+    "--container-mounts /dev/infiniband) and install rdma-core/libibverbs; check `ibv_devinfo` "
+    "on the host; NCCL_DEBUG=INFO should then print 'NET/IB : Using [0]mlx5_...'.")
+_FIX_SOCKETS = (
+    "If the nodes have InfiniBand or RoCE, NCCL should say 'Using network IB': check the HCAs "
+    "are visible (ibv_devinfo) and libibverbs is installed (containers: --device=/dev/infiniband).")
+
+
+def detect(inputs) -> list[Finding]:
+    idx = index(inputs)
+    findings: list[Finding] = []
+    for rule in (_nccl_connect, _gloo_connect, _store_unreachable, _ib_link_errors,
+                 _no_interface, _socket_family, _loopback_bootstrap, _bridge_bootstrap,
+                 _gloo_interface, _slow_link):
+        findings += rule(idx)
+    return findings
+
+
+def _hosts(sigs: list[Signal]) -> list[str]:
+    return [s.host for s in sigs if s.host]
+
+
+# ---------------------------------------------------------------------------------------
+# Unreachable peers
+
+
+def _nccl_connect(idx: SignalIndex) -> list[Finding]:
+    # a loopback or container-bridge peer address is the wrong interface, not the network
+    sigs = [s for s in idx.of("nccl_connect_failed")
+            if not is_loopback(s.fields.get("addr")) and not _bridge_addr(s.fields.get("addr"))]
+    if not sigs:
+        return []
+    worst = max(sigs, key=lambda s: _ERRNO.get(s.fields.get("errno"), _UNKNOWN_ERRNO)[0])
+    confidence, why = _ERRNO.get(worst.fields.get("errno"), _UNKNOWN_ERRNO)
+    peer, port = worst.fields.get("addr"), worst.fields.get("port")
+    src = _own_address(idx, worst) or worst.host
+    reason = worst.fields.get("reason")
+    title = f"NCCL cannot connect {src or 'a rank'} -> {peer}:{port}: {reason} ({why})"
+    link = (src, peer) if src and peer else None
+    return [make(Category.NETWORK_UNREACHABLE, title, _FIX_FIREWALL, DETECTOR, confidence, sigs,
+                 hosts=_hosts(sigs), link=link)]
+
+
+def _own_address(idx: SignalIndex, sig: Signal) -> str | None:
+    for boot in idx.of("nccl_bootstrap"):
+        if boot.host and boot.host == sig.host:
+            return boot.fields.get("addr")
+    return None
+
+
+def _gloo_connect(idx: SignalIndex) -> list[Finding]:
+    # Gloo pairs dial each peer's advertised address on a random port: a refused or timed-out
+    # connect to a routable address is the network's doing (to loopback, wrong_interface's)
+    sigs = [s for s in idx.of("gloo_error")
+            if s.fields.get("what") in ("refused", "connect_timeout") and s.fields.get("peer")
+            and not is_loopback(s.fields.get("peer"))]
+    if not sigs:
+        return []
+    peer = sigs[0].fields["peer"]
+    confidence = 0.6 if any(s.fields["what"] == "connect_timeout" for s in sigs) else 0.5
+    return [make(Category.NETWORK_UNREACHABLE, f"Gloo cannot connect to its peer {peer}",
+                 _FIX_FIREWALL, DETECTOR, confidence, sigs, hosts=_hosts(sigs) + [peer])]
+
+
+def _store_unreachable(idx: SignalIndex) -> list[Finding]:
+    """The rendezvous store at a plausible address does not answer (an impossible address
+    is env_misconfig, see logs_config)."""
+    sigs = [s for s in idx.of("store_connect_timeout", "store_connect_failed")
+            if _plausible(idx, s) and s.fields.get("errno") in (None, 110, 113, 101)]
+    if not sigs:
+        return _partial_rendezvous(idx)
+    host, port = sigs[0].fields.get("host"), sigs[0].fields.get("port")
+    routed = any(s.fields.get("errno") in (113, 101) for s in sigs)
+    title = f"ranks cannot reach the rendezvous store at {host}:{port}"
+    return [make(Category.NETWORK_UNREACHABLE, title, _FIX_STORE.format(host=host, port=port),
+                 DETECTOR, 0.6 if routed else 0.5, sigs, hosts=[host])]
+
+
+def _partial_rendezvous(idx: SignalIndex) -> list[Finding]:
+    # the store's side of the same story: it waited, and only some nodes ever arrived
+    sigs = [s for s in idx.of("store_wait_clients")
+            if s.fields.get("joined", 0) < s.fields.get("total", 0)]
+    if not sigs:
+        return []
+    f = sigs[0].fields
+    title = f"only {f['joined']}/{f['total']} clients reached the rendezvous store"
+    return [make(Category.NETWORK_UNREACHABLE, title, _FIX_PARTIAL, DETECTOR, 0.45, sigs)]
+
+
+def _plausible(idx: SignalIndex, sig: Signal) -> bool:
+    host = sig.fields.get("host")
+    if not host:
+        return True
+    kind = classify_address(host)
+    if kind == "loopback":
+        return not multi_node(idx)
+    unresolved = {s.fields.get("host") for s in idx.of("name_resolution_failed")}
+    return kind is None and host not in unresolved
+
+
+def _ib_link_errors(idx: SignalIndex) -> list[Finding]:
+    # IB completion status 12 (retry exceeded) / 13 (RNR retry exceeded): link or peer dropped
+    sigs = [s for s in idx.of("nccl_ib_error") if s.fields.get("status") in (12, 13)]
+    if not sigs:
+        return []
+    peer, host = sigs[0].fields.get("peer"), sigs[0].host
+    title = f"InfiniBand transfers to {peer} fail (retry count exceeded)"
+    return [make(Category.NETWORK_UNREACHABLE, title, _FIX_IB_LINK, DETECTOR, 0.7, sigs,
+                 hosts=_hosts(sigs), link=(host, peer) if host and peer else None)]
+
+
+# ---------------------------------------------------------------------------------------
+# Wrong interface
+
+
+def _ifname(idx: SignalIndex, var: str) -> str | None:
+    values = env_values(idx, var)
+    return values[-1].fields.get("value") if values else None
+
+
+def _no_interface(idx: SignalIndex) -> list[Finding]:
+    sigs = idx.of("nccl_no_interface")
+    if not sigs:
+        return []
+    name = _ifname(idx, "NCCL_SOCKET_IFNAME")
+    named = f"NCCL_SOCKET_IFNAME={name}: " if name else ""
+    evidence = sigs + env_values(idx, "NCCL_SOCKET_IFNAME")
+    return [make(Category.WRONG_INTERFACE, f"{named}NCCL found no usable network interface",
+                 _FIX_NO_IFACE.format(named=named), DETECTOR, 0.85, evidence, hosts=_hosts(sigs),
+                 env_var="NCCL_SOCKET_IFNAME")]
+
+
+def _socket_family(idx: SignalIndex) -> list[Finding]:
+    sigs = idx.of("nccl_socket_family")
+    if not sigs:
+        return []
+    title = "NCCL cannot create a bootstrap socket (no usable IP interface)"
+    return [make(Category.WRONG_INTERFACE, title, _FIX_FAMILY, DETECTOR, 0.85, sigs,
+                 hosts=_hosts(sigs), env_var="NCCL_SOCKET_IFNAME")]
+
+
+def _loopback_bootstrap(idx: SignalIndex) -> list[Finding]:
+    if not multi_node(idx):
+        return []
+    sigs = [s for s in idx.of("nccl_bootstrap", "nccl_net")
+            if s.fields.get("iface") == "lo" or is_loopback(s.fields.get("addr"))
+            or any(i == "lo" for i, _ in s.fields.get("ifaces") or [])]
+    sigs += [s for s in env_values(idx, "NCCL_SOCKET_IFNAME") if s.fields.get("value") == "lo"]
+    if not sigs:
+        return []
+    title = "NCCL bootstraps on the loopback interface in a multi-node job"
+    return [make(Category.WRONG_INTERFACE, title, _FIX_LOOPBACK, DETECTOR, 0.8, sigs,
+                 hosts=_hosts(sigs), env_var="NCCL_SOCKET_IFNAME")]
+
+
+def _bridge_addr(addr: str | None) -> bool:
+    return bool(addr) and bare_address(addr).startswith("172.17.")
+
+
+def _bridge_bootstrap(idx: SignalIndex) -> list[Finding]:
+    if not multi_node(idx):
+        return []
+    sigs = [s for s in idx.of("nccl_bootstrap") if str(s.fields.get("iface")).startswith(_BRIDGES)
+            or _bridge_addr(s.fields.get("addr"))]
+    sigs += [s for s in idx.of("nccl_connect_failed") if _bridge_addr(s.fields.get("addr"))]
+    if not sigs:
+        return []
+    return [make(Category.WRONG_INTERFACE, "NCCL bootstraps on a container bridge address",
+                 _FIX_BRIDGE, DETECTOR, 0.65, sigs, hosts=_hosts(sigs),
+                 env_var="NCCL_SOCKET_IFNAME")]
+
+
+def _gloo_interface(idx: SignalIndex) -> list[Finding]:
+    gloo = idx.of("gloo_error")
+    missing = [s for s in gloo if s.fields.get("what") == "no_iface"]
+    if missing:
+        iface = missing[0].fields.get("iface") or _ifname(idx, "GLOO_SOCKET_IFNAME")
+        title = f"GLOO_SOCKET_IFNAME={iface}: no such interface on the host"
+        evidence = missing + env_values(idx, "GLOO_SOCKET_IFNAME")
+        return [make(Category.WRONG_INTERFACE, title, _FIX_GLOO_IFACE.format(iface=iface),
+                     DETECTOR, 0.9, evidence, hosts=_hosts(missing), env_var="GLOO_SOCKET_IFNAME")]
+    looped = [s for s in gloo if is_loopback(s.fields.get("peer"))]
+    mesh = [s for s in gloo if s.fields.get("what") == "connect_full_mesh"]
+    if not (looped and multi_node(idx)) and not mesh:
+        return []
+    title = "Gloo cannot connect its full mesh: ranks advertise an unusable address"
+    return [make(Category.WRONG_INTERFACE, title, _FIX_GLOO_MESH, DETECTOR,
+                 0.75 if looped else 0.55, looped + mesh, hosts=_hosts(looped + mesh),
+                 env_var="GLOO_SOCKET_IFNAME")]
+
+
+# ---------------------------------------------------------------------------------------
+# Slow link: InfiniBand silently replaced by TCP
+
+
+def _slow_link(idx: SignalIndex) -> list[Finding]:
+    no_ib = idx.of("nccl_ib_no_device")
+    sockets = [s for s in idx.of("nccl_net") if s.fields.get("transport") == "Socket"]
+    ib_hosts = {s.host for s in idx.of("nccl_net") if s.fields.get("transport") == "IB"}
+    ib_env = env_values(idx, "NCCL_IB_DISABLE")
+    wants_ib = [s for s in ib_env if s.fields.get("value") in ("0", "false")]
+    disabled = [s for s in ib_env if s.fields.get("value") in ("1", "true")]
+    crossing = idx.of("nccl_channel_net")
+    ib_tuned = [s for s in idx.of("env") if str(s.fields.get("var")).startswith("NCCL_IB_")]
+    # one node needs no IB: "no device" matters when traffic crosses nodes, or IB was expected
+    if no_ib and (crossing or wants_ib or ib_hosts or ib_tuned or multi_node(idx)):
+        return [_ib_missing(no_ib, sockets + crossing + wants_ib, ib_hosts, 0.75)]
+    if no_ib and sockets:
+        return [_ib_missing(no_ib, sockets, ib_hosts, 0.5)]
+    if sockets and multi_node(idx):
+        return [_sockets_between_nodes(sockets, disabled)]
+    return []
+
+
+def _ib_missing(no_ib: list[Signal], also: list[Signal], ib_hosts: set,
+                confidence: float) -> Finding:
+    # some hosts use IB and these do not: the culprit is known, and surer
+    culprits = {s.host for s in no_ib if s.host and s.host not in ib_hosts}
+    confidence = 0.85 if ib_hosts and culprits else confidence
+    where = f" on {', '.join(sorted(culprits))}" if culprits else ""
+    title = f"InfiniBand not used{where}: NCCL falls back to TCP sockets"
+    return make(Category.SLOW_LINK, title, _FIX_NO_IB, DETECTOR, confidence, no_ib + also[:5],
+                hosts=culprits, severity=Severity.WARN)
+
+
+def _sockets_between_nodes(sockets: list[Signal], disabled: list[Signal]) -> Finding:
+    if disabled:
+        return make(Category.SLOW_LINK, "NCCL_IB_DISABLE=1: inter-node traffic goes over TCP",
+                    "Unset NCCL_IB_DISABLE (or set it to 0) if the nodes have InfiniBand/RoCE.",
+                    DETECTOR, 0.55, disabled + sockets[:2], env_var="NCCL_IB_DISABLE",
+                    severity=Severity.WARN)
+    return make(Category.SLOW_LINK, "inter-node traffic uses TCP sockets", _FIX_SOCKETS, DETECTOR,
+                0.4, sockets[:4], severity=Severity.WARN)

@@ -1,0 +1,78 @@
+"""What a scale test runs: stages, trainer mode, launcher, limits."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MODES = ("ddp", "pipeline", "zero1", "zero2", "zero3")
+LAUNCHERS = ("local", "slurm")
+
+
+def default_stages(launcher: str, cores: int | None = None) -> tuple[int, ...]:
+    """Local stages are process counts on this host: powers of two up to its cores, so a
+    drop in efficiency means the job, not an oversubscribed machine. Slurm stages are
+    node counts."""
+    if launcher == "slurm":
+        return (1, 2, 4)
+    cores = cores or os.cpu_count() or 1
+    stages, n = [], 1
+    while n <= max(cores, 2):
+        stages.append(n)
+        n *= 2
+    return tuple(stages)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScaleTestConfig:
+    out: Path
+    """Run directory; each stage writes RUN_DIR/stage-<n>/."""
+    stages: tuple[int, ...]
+    """Process counts (local) or node counts (slurm), strictly increasing."""
+    mode: str = "ddp"
+    """Reference-trainer parallelism."""
+    launcher: str = "local"
+    nproc_per_node: int = 1
+    """Ranks per node (slurm); local stages set the process count directly."""
+    steps: int = 30
+    """Trainer steps per stage; the first 5 are warm-up and not measured."""
+    batch: int = 8
+    """Per-rank micro-batch (weak scaling keeps it fixed)."""
+    strong: bool = False
+    """Strong scaling: keep the global batch of the first stage instead."""
+    stage_timeout_s: float = 300.0
+    stall_s: float = 30.0
+    """Seconds without progress before the watcher calls a hang."""
+    cliff_drop: float = 0.2
+    """A stage whose efficiency is this much (absolute) below the previous one is a cliff."""
+    keep_going: bool = False
+    """Run the later stages after a stage fails."""
+    inject: tuple[str, ...] = ()
+    """Trainer --inject specs, applied to every stage."""
+    probes: bool = True
+    check_env: bool = True
+    trainer_args: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"--mode must be one of {', '.join(MODES)}, got: {self.mode}")
+        if self.launcher not in LAUNCHERS:
+            raise ValueError(f"--launcher must be local or slurm, got: {self.launcher}")
+        if not self.stages or list(self.stages) != sorted(set(self.stages)) or self.stages[0] < 1:
+            raise ValueError(f"--stages must be increasing positive counts, e.g. 1,2,4; "
+                             f"got: {','.join(map(str, self.stages))}")
+        if self.steps < 10:
+            raise ValueError(f"--steps must be >= 10 (5 warm-up + measured), got: {self.steps}")
+        if self.mode == "pipeline" and self.stages[0] < 2:
+            raise ValueError("--mode pipeline needs at least 2 ranks per stage: start "
+                             "--stages at 2")
+
+    def world_size(self, stage: int) -> int:
+        return stage * self.nproc_per_node if self.launcher == "slurm" else stage
+
+    def per_rank_batch(self, stage: int) -> int:
+        if not self.strong:
+            return self.batch
+        first = self.world_size(self.stages[0])
+        return max(1, self.batch * first // self.world_size(stage))

@@ -1,0 +1,91 @@
+"""Stage metrics from a stage's run directory, and the scaling verdict (pure)."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+
+from diag.events import RankLog
+
+WARMUP_STEPS = 5
+
+
+@dataclass(frozen=True)
+class StageMetrics:
+    """Steady-state numbers of one stage (after the warm-up steps). Shares are fractions
+    of the median step; ``samples_per_s`` counts the global batch."""
+
+    world_size: int
+    steps_measured: int
+    step_p50_s: float | None
+    step_p95_s: float | None
+    slowest_rank_p50_s: float | None
+    samples_per_s: float | None
+    compute_share: float | None
+    comm_share: float | None
+    data_share: float | None
+    per_rank_p50_s: dict
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def stage_metrics(logs: dict[int, RankLog], world_size: int, global_batch: int) -> StageMetrics:
+    steps = {r: [s for s in log.of_kind("step") if s.get("step", 0) >= WARMUP_STEPS]
+             for r, log in logs.items()}
+    iters = [s.get("iter_s") or s.get("dur_s") for ss in steps.values() for s in ss]
+    iters = [t for t in iters if isinstance(t, (int, float)) and t > 0]
+    per_rank = {r: statistics.median([s["dur_s"] for s in ss]) for r, ss in steps.items() if ss}
+    p50 = _pct(iters, 0.5)
+    data = [s.get("phases", {}).get("data", 0.0) for ss in steps.values() for s in ss]
+    comm = [s.get("comm_s", 0.0) for ss in steps.values() for s in ss]
+    share = lambda xs: round(statistics.median(xs) / p50, 4) if xs and p50 else None  # noqa: E731
+    data_share, comm_share = share(data), share(comm)
+    return StageMetrics(
+        world_size=world_size, steps_measured=min((len(v) for v in steps.values()), default=0),
+        step_p50_s=p50, step_p95_s=_pct(iters, 0.95),
+        slowest_rank_p50_s=max(per_rank.values()) if per_rank else None,
+        samples_per_s=round(global_batch / p50, 3) if p50 else None,
+        compute_share=(round(max(0.0, 1 - (data_share or 0) - (comm_share or 0)), 4)
+                       if p50 else None),
+        comm_share=comm_share, data_share=data_share,
+        per_rank_p50_s={str(r): round(v, 6) for r, v in sorted(per_rank.items())},
+    )
+
+
+def efficiencies(metrics: list[StageMetrics | None]) -> list[float | None]:
+    """Throughput against the first stage's, divided by the rank ratio (1.0 = perfect).
+    With a fixed per-rank batch (weak scaling) that is per-rank throughput kept; with a
+    fixed global batch (strong scaling) it is speed-up per added rank."""
+    base = metrics[0]
+    if base is None or not base.samples_per_s:
+        return [None] * len(metrics)
+    out = []
+    for m in metrics:
+        if m is None or not m.samples_per_s:
+            out.append(None)
+            continue
+        ratio = m.world_size / base.world_size
+        out.append(round(m.samples_per_s / base.samples_per_s / ratio, 4))
+    return out
+
+
+def find_cliff(effs: list[float | None], drop: float) -> int | None:
+    """Index of the first stage whose efficiency fell by more than ``drop`` from the
+    previous measured stage."""
+    prev = None
+    for i, eff in enumerate(effs):
+        if eff is None:
+            continue
+        if prev is not None and prev - eff > drop:
+            return i
+        prev = eff
+    return None
+
+
+def as_json(m: StageMetrics | None) -> dict | None:
+    return asdict(m) if m else None

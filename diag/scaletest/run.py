@@ -1,0 +1,169 @@
+"""The staged scale test: run every stage, measure it, find the cliff and explain it."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from diag import schema
+from diag.events import read_run_events
+from diag.scaletest.config import ScaleTestConfig
+from diag.scaletest.measure import StageMetrics, as_json, efficiencies, find_cliff, stage_metrics
+from diag.scaletest.stage import (StageRun, StepOutcome, ddiag_cmd, launch_args, run_tool,
+                                  run_trainer)
+
+
+@dataclass
+class ScaleTestResult:
+    config: ScaleTestConfig
+    stages: list[StageRun] = field(default_factory=list)
+    metrics: list[StageMetrics | None] = field(default_factory=list)
+    efficiency: list[float | None] = field(default_factory=list)
+    cliff_stage: int | None = None
+    findings: dict = field(default_factory=dict)  # stage -> top findings (JSON)
+    verdict: str = ""
+    interrupted: bool = False
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        cfg = self.config
+        return {
+            **schema.stamp(schema.SCALE_TEST), "run_dir": str(cfg.out), "mode": cfg.mode,
+            "launcher": cfg.launcher, "stages": list(cfg.stages), "steps": cfg.steps,
+            "scaling": "strong" if cfg.strong else "weak", "verdict": self.verdict,
+            "cliff_stage": self.cliff_stage, "interrupted": self.interrupted,
+            "seconds": round(self.seconds, 1),
+            "results": [_stage_json(run, m, e, self.findings.get(run.stage))
+                        for run, m, e in zip(self.stages, self.metrics, self.efficiency)],
+        }
+
+
+def _stage_json(run: StageRun, m: StageMetrics | None, eff: float | None, findings) -> dict:
+    return {"stage": run.stage, "world_size": run.world_size, "run_dir": str(run.run_dir),
+            "status": run.status, "reason": run.reason, "efficiency": eff,
+            "metrics": as_json(m), "findings": findings or [],
+            "steps": [{"name": s.name, "ok": s.ok, "seconds": round(s.seconds, 1),
+                       "detail": s.detail} for s in run.steps],
+            "busbw_GBps": _busbw(run), "hang": run.hang}
+
+
+def _busbw(run: StageRun) -> float | None:
+    """Peak all_reduce busbw from the collectives probe, in the probe's unit (GB/s)."""
+    probe = next((s.doc for s in run.steps if s.name == "probe-collectives" and s.doc), None)
+    rows = [r for r in (probe or {}).get("rows", []) if r.get("op") == "all_reduce"]
+    values = [r.get("busbw") for r in rows if isinstance(r.get("busbw"), (int, float))]
+    return round(max(values), 4) if values else None
+
+
+def scale_test(cfg: ScaleTestConfig, status: Callable[[str], None]) -> ScaleTestResult:
+    result = ScaleTestResult(cfg)
+    start = time.monotonic()
+    try:
+        for stage in cfg.stages:
+            run = run_stage(cfg, stage, status)
+            result.stages.append(run)
+            result.metrics.append(_measure(run, cfg, stage))
+            if run.status != "ok" and not cfg.keep_going:
+                status(f"stage {stage}: {run.status} ({run.reason}); stopping (--keep-going "
+                       "runs the later stages anyway)")
+                break
+    except KeyboardInterrupt:
+        result.interrupted = True
+        status("interrupted: keeping what was collected")
+    result.seconds = time.monotonic() - start
+    conclude(result, status)
+    return result
+
+
+def run_stage(cfg: ScaleTestConfig, stage: int, status: Callable[[str], None]) -> StageRun:
+    run = StageRun(stage, cfg.world_size(stage), cfg.out / f"stage-{stage}")
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    for name, cmd in _preflight(cfg, stage, run.run_dir):
+        status(f"stage {stage}: {name}")
+        step = run_tool(name, cmd, cfg.stage_timeout_s, run.run_dir / "logs")
+        run.steps.append(step)
+        if name == "check-env" and not step.ok:
+            run.status, run.reason = "check-env failed", _failed_checks(step)
+            return run
+    status(f"stage {stage}: training {cfg.mode} on {run.world_size} rank(s)")
+    outcome, hang = run_trainer(cfg, stage, run.run_dir, status)
+    run.steps.append(outcome)
+    run.trainer, run.hang = outcome.doc, hang
+    if not outcome.ok:
+        run.status, run.reason = ("hang" if hang else "failed"), outcome.detail
+    return run
+
+
+def _preflight(cfg: ScaleTestConfig, stage: int, run_dir: Path) -> list[tuple[str, list[str]]]:
+    launch = launch_args(cfg, stage)
+    out = ["--out", str(run_dir), "--json"]
+    steps = []
+    if cfg.check_env:
+        steps.append(("check-env", ddiag_cmd("check-env", "--all-ranks", *launch, *out)))
+    if cfg.probes and cfg.world_size(stage) > 1:
+        if cfg.launcher == "slurm" and stage > 1:
+            steps.append(("probe-links", ddiag_cmd("probe", "links", *launch, *out)))
+        steps.append(("probe-collectives", ddiag_cmd("probe", "collectives", *launch, *out)))
+        steps.append(("probe-compute", ddiag_cmd("probe", "compute", *launch, *out)))
+    return steps
+
+
+def _failed_checks(step: StepOutcome) -> str:
+    results = (step.doc or {}).get("results", [])
+    failed = [f"{r.get('check')}: {r.get('summary')}" for r in results if r.get("status") == "fail"]
+    return "; ".join(failed)[:600] or step.detail
+
+
+def _measure(run: StageRun, cfg: ScaleTestConfig, stage: int) -> StageMetrics | None:
+    logs, _ = read_run_events(run.run_dir)
+    if not logs:
+        return None
+    global_batch = cfg.per_rank_batch(stage) * run.world_size
+    if cfg.mode == "pipeline":
+        global_batch //= 2  # two stages share one micro-batch stream
+    return stage_metrics(logs, run.world_size, global_batch)
+
+
+def conclude(result: ScaleTestResult, status: Callable[[str], None]) -> None:
+    """Efficiencies, the cliff, and ``analyze`` on the cliff and on failed stages."""
+    from diag.analyze import analyze
+
+    cfg = result.config
+    result.efficiency = efficiencies(result.metrics)
+    result.cliff_stage = _cliff(result, cfg)
+    for run in result.stages:
+        if run.status != "ok" or run.stage == result.cliff_stage:
+            status(f"stage {run.stage}: analyzing")
+            found = analyze(run.run_dir)
+            result.findings[run.stage] = [f.to_json() for f in found.findings[:3]]
+    result.verdict = verdict(result)
+    (cfg.out / "scale-test.json").write_text(json.dumps(result.to_json(), indent=2, default=str))
+
+
+def _cliff(result: ScaleTestResult, cfg: ScaleTestConfig) -> int | None:
+    i = find_cliff(result.efficiency, cfg.cliff_drop)
+    return result.stages[i].stage if i is not None else None
+
+
+def verdict(result: ScaleTestResult) -> str:
+    failed = [r for r in result.stages if r.status != "ok"]
+    if failed:
+        r = failed[0]
+        return f"stage {r.stage} {r.status}: {_top(result, r.stage) or r.reason}"
+    if result.cliff_stage is None:
+        effs = [e for e in result.efficiency if e is not None]
+        return (f"no cliff: efficiency stays at or above {min(effs):.2f} up to "
+                f"{result.stages[-1].world_size} ranks" if effs else "no stage was measured")
+    i = [r.stage for r in result.stages].index(result.cliff_stage)
+    before, after = result.efficiency[i - 1], result.efficiency[i]
+    why = _top(result, result.cliff_stage) or "no finding explains it"
+    return (f"efficiency {before:.2f} -> {after:.2f} between stages "
+            f"{result.stages[i - 1].stage} and {result.cliff_stage}: {why}")
+
+
+def _top(result: ScaleTestResult, stage: int) -> str | None:
+    findings = [f for f in result.findings.get(stage, []) if f.get("severity") != "info"]
+    return findings[0]["title"] if findings else None

@@ -1,0 +1,206 @@
+"""Running one stage: check-env, probes, then the trainer with the watcher beside it.
+
+Everything is launched through real engines: torchrun on this host, or srun inside (or
+sbatch --wait for) a Slurm allocation. Each stage's process group is killed as a whole
+when it ends, times out or hangs, so no rank outlives its stage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from diag.scaletest.config import ScaleTestConfig
+
+
+@dataclass
+class StepOutcome:
+    name: str
+    ok: bool
+    seconds: float
+    detail: str = ""
+    doc: dict | None = None
+
+
+@dataclass
+class StageRun:
+    stage: int
+    world_size: int
+    run_dir: Path
+    steps: list[StepOutcome] = field(default_factory=list)
+    trainer: dict | None = None
+    hang: dict | None = None
+    status: str = "ok"
+    reason: str = ""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ddiag_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "diag.cli", *args]
+
+
+def launch_args(cfg: ScaleTestConfig, stage: int) -> list[str]:
+    if cfg.launcher == "local":
+        return ["--launcher", "local", "--nproc-per-node", str(stage)]
+    return ["--launcher", "slurm", "--nodes", str(stage),
+            "--nproc-per-node", str(cfg.nproc_per_node)]
+
+
+def run_tool(name: str, cmd: list[str], timeout: float, log_dir: Path) -> StepOutcome:
+    """A ddiag sub-command with --json, its output kept in the stage's logs/."""
+    start = time.monotonic()
+    res = _run_group(cmd, timeout, log_dir / f"{name}.out", log_dir / f"{name}.err")
+    doc = _json_or_none(res[1])
+    ok = res[0] == 0 and doc is not None
+    detail = "" if ok else (f"exit {res[0]}: " + _tail(res[2]))
+    return StepOutcome(name, ok, time.monotonic() - start, detail, doc)
+
+
+def _run_group(cmd: list[str], timeout: float, out: Path, err: Path,
+               env: dict | None = None) -> tuple[int, str, str]:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env or _env(), start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        stdout, stderr = proc.communicate()
+        stderr += f"\nddiag scale-test: stopped after {timeout:.0f} s"
+    except BaseException:
+        kill_group(proc)
+        raise
+    out.write_text(stdout)
+    err.write_text(stderr)
+    return proc.returncode, stdout, stderr
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the whole process group (ranks flush logs, dump FR), SIGKILL what is left."""
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _env() -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+            "PYTHONUNBUFFERED": "1"}
+
+
+def _json_or_none(text: str) -> dict | None:
+    """The JSON document a tool printed: the whole output, or its last JSON line (the
+    trainer prints log lines before its one-line summary)."""
+    candidates = [text] + [line for line in reversed(text.strip().splitlines())
+                           if line.startswith("{")]
+    for candidate in candidates:
+        try:
+            doc = json.loads(candidate)
+        except ValueError:
+            continue
+        if isinstance(doc, dict):
+            return doc
+    return None
+
+
+def _tail(text: str, n: int = 400) -> str:
+    return " ".join(text.strip().splitlines()[-3:])[-n:]
+
+
+def trainer_cmd(cfg: ScaleTestConfig, stage: int, run_dir: Path) -> list[str]:
+    args = ["-m", "reference_trainer", "--mode", cfg.mode, "--steps", str(cfg.steps),
+            "--batch", str(cfg.per_rank_batch(stage)), "--out", str(run_dir), "--json",
+            "--timeout-s", str(int(min(cfg.stage_timeout_s, 600))), *cfg.trainer_args]
+    if cfg.mode == "pipeline":
+        args += ["--pp", "2"]
+    for spec in cfg.inject:
+        args += ["--inject", spec]
+    if cfg.launcher == "local":
+        return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={stage}",
+                "--master-addr=127.0.0.1", f"--master-port={free_port()}", *args]
+    return slurm_trainer_cmd(cfg, stage, args)
+
+
+def slurm_trainer_cmd(cfg: ScaleTestConfig, stage: int, args: list[str]) -> list[str]:
+    """One torchrun per node under srun; the first node of the allocation is the
+    rendezvous address (static rendezvous: every node knows its rank from Slurm)."""
+    port = free_port()
+    node_cmd = (f"exec {sys.executable} -m torch.distributed.run --nnodes {stage} "
+                f"--nproc-per-node {cfg.nproc_per_node} --node-rank $SLURM_NODEID "
+                f"--master-addr $(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1 | "
+                f"xargs -I{{}} getent hosts {{}} | awk '{{print $1}}' | head -n1) "
+                f"--master-port {port} " + " ".join(args))
+    return ["srun", f"-N{stage}", f"--ntasks={stage}", "--ntasks-per-node=1",
+            "bash", "-c", node_cmd]
+
+
+def run_trainer(cfg: ScaleTestConfig, stage: int, run_dir: Path,
+                status: Callable[[str], None]) -> tuple[StepOutcome, dict | None]:
+    """The trainer with the hang watcher beside it; a hang or a timeout ends the stage."""
+    from diag.watch_run import watch
+
+    start = time.monotonic()
+    log_dir = run_dir / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(trainer_cmd(cfg, stage, run_dir), env=_env(), text=True,
+                            stdout=open(log_dir / "trainer.out", "w"),
+                            stderr=open(log_dir / "trainer.err", "w"), start_new_session=True)
+    hang: dict = {}
+    watcher = threading.Thread(target=_watch_into, daemon=True, args=(
+        watch, run_dir, cfg, proc, hang, status))
+    watcher.start()
+    try:
+        proc.wait(timeout=cfg.stage_timeout_s)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    except BaseException:
+        kill_group(proc)
+        raise
+    kill_group(proc)
+    watcher.join(timeout=60)
+    return _trainer_outcome(proc, run_dir, start, timed_out, hang), hang.get("doc")
+
+
+def _watch_into(watch, run_dir, cfg, proc, hang: dict, status) -> None:
+    result = watch(run_dir, cfg.stall_s, kill=False, timeout_s=cfg.stage_timeout_s,
+                   stop=lambda: proc.poll() is not None, status=lambda line: None)
+    if result.alarm is not None:
+        hang["doc"] = result.to_json()
+        status(f"hang: ranks {list(result.alarm.laggards)} lag; ending the stage")
+        kill_group(proc)
+
+
+def _trainer_outcome(proc, run_dir: Path, start: float, timed_out: bool, hang: dict
+                     ) -> StepOutcome:
+    seconds = time.monotonic() - start
+    out = (run_dir / "logs" / "trainer.out").read_text()
+    doc = _json_or_none(out)
+    if hang:
+        return StepOutcome("trainer", False, seconds, "hang detected by the watcher", doc)
+    if timed_out:
+        return StepOutcome("trainer", False, seconds, "stage timed out", doc)
+    if proc.returncode != 0:
+        err = (run_dir / "logs" / "trainer.err").read_text()
+        return StepOutcome("trainer", False, seconds, f"exit {proc.returncode}: {_tail(err)}", doc)
+    return StepOutcome("trainer", True, seconds, "", doc)

@@ -1,0 +1,82 @@
+"""scale-test: config validation, metrics and cliff logic on factories, and one real
+local run end to end."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from diag.scaletest.config import ScaleTestConfig, default_stages
+from diag.scaletest.measure import StageMetrics, efficiencies, find_cliff, stage_metrics
+from tests.analyze.factories import RankWriter
+from diag.events import read_run_events
+from tests.util import pids_alive, run
+
+
+def test_default_local_stages_stop_at_the_core_count():
+    assert default_stages("local", cores=2) == (1, 2)
+    assert default_stages("local", cores=8) == (1, 2, 4, 8)
+    assert default_stages("slurm") == (1, 2, 4)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"stages": (2, 1)}, "increasing"),
+    ({"stages": (1, 2), "mode": "fsdp"}, "--mode must be one of"),
+    ({"stages": (1, 2), "steps": 3}, "--steps must be >= 10"),
+    ({"stages": (1, 2), "mode": "pipeline"}, "start --stages at 2"),
+])
+def test_bad_config_names_the_option_and_value(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ScaleTestConfig(out=Path("x"), **kwargs)
+
+
+def metrics(world: int, samples: float) -> StageMetrics:
+    return StageMetrics(world, 20, 0.1, 0.1, 0.1, samples, 0.8, 0.1, 0.1, {})
+
+
+def test_efficiency_and_cliff():
+    effs = efficiencies([metrics(1, 100.0), metrics(2, 190.0), metrics(4, 180.0)])
+    assert effs == [1.0, 0.95, 0.45]
+    assert find_cliff(effs, drop=0.2) == 2
+    assert find_cliff([1.0, 0.95, 0.9], drop=0.2) is None
+
+
+def test_stage_metrics_skip_warmup_and_split_time(tmp_path):
+    for rank in range(2):
+        w = RankWriter(tmp_path, rank, 2)
+        for step in range(15):
+            w.step_rec(dur=1.0 if step < 5 else 0.2, phases={"data": 0.02},
+                       comm_s=0.05)
+        w.write()
+    logs, _ = read_run_events(tmp_path)
+    m = stage_metrics(logs, world_size=2, global_batch=16)
+    assert m.steps_measured == 10 and m.step_p50_s == 0.2
+    assert m.samples_per_s == 80.0
+    assert (m.data_share, m.comm_share, m.compute_share) == (0.1, 0.25, 0.65)
+
+
+def test_local_scale_test_end_to_end(tmp_path):
+    out = tmp_path / "st"
+    res = run([sys.executable, "-m", "diag.cli", "scale-test", "--stages", "1,2", "--steps", "12",
+               "--no-probes", "--out", str(out), "--json"], timeout=400)
+    assert res.returncode in (0, 1), res.stderr[-3000:]
+    doc = json.loads(res.stdout)
+    assert doc["format"] == "ddiag.scale_test" and [r["stage"] for r in doc["results"]] == [1, 2]
+    for r in doc["results"]:
+        assert r["status"] == "ok", r
+        assert r["metrics"]["samples_per_s"] > 0 and r["efficiency"] > 0
+        assert (Path(r["run_dir"]) / "events" / "rank00000.jsonl").exists()
+        assert (Path(r["run_dir"]) / "fr" / "rank00000.json").exists()
+    assert json.loads((out / "scale-test.json").read_text())["verdict"] == doc["verdict"]
+    pids = [json.loads(p.read_text())["pid"] for p in out.glob("stage-*/heartbeat/*.json")]
+    assert len(pids) == 3 and pids_alive(pids) == []
+
+
+def test_refuses_to_overwrite_a_run(tmp_path):
+    (tmp_path / "keep.txt").write_text("mine")
+    res = run([sys.executable, "-m", "diag.cli", "scale-test", "--out", str(tmp_path)], timeout=60)
+    assert res.returncode == 2 and "never overwrites" in res.stderr
+    assert (tmp_path / "keep.txt").read_text() == "mine"
