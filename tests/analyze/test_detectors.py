@@ -219,3 +219,17 @@ def test_nan_sent_into_a_reduction_beats_a_spread_loss(tmp_path):
         w.write()
     finding, _ = top(tmp_path)
     assert finding.category.value == "nan_inf" and finding.culprit.ranks == (1,)
+
+
+def test_slow_node_from_a_link_probe(tmp_path):
+    links = [{"src": a, "dst": b, "gbit_per_s": 0.19 if "node4" in (a, b) else 2.1,
+              "slow": "node4" in (a, b)} for a in ("node1", "node2", "node4")
+             for b in ("node1", "node2", "node4") if a != b]
+    doc = {"format": "ddiag.probe_links", "schema": 1, "median_gbit_per_s": 2.1,
+           "slow_links": [[x["src"], x["dst"]] for x in links if x["slow"]],
+           "slow_nodes": ["node4"], "links": links}
+    (tmp_path / "probes").mkdir()
+    (tmp_path / "probes" / "links.json").write_text(json.dumps(doc))
+    finding, _ = top(tmp_path)
+    assert finding.category.value == "slow_link" and finding.culprit.hosts == ("node4",)
+    assert "190 Mbit/s" in finding.title

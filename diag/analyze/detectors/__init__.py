@@ -6,10 +6,10 @@ A detector is ``detect(inputs: Inputs) -> list[Finding]``: pure, no printing, no
 from __future__ import annotations
 
 # structured-input detectors (event logs, heartbeats, Flight Recorder)
-from diag.analyze.detectors import failures, hangs, mismatch, nan, stragglers
+from diag.analyze.detectors import failures, hangs, mismatch, nan, probe_links, stragglers
 
 DETECTORS: list = [hangs.detect, mismatch.detect, failures.detect, nan.detect,
-                   stragglers.detect]
+                   stragglers.detect, probe_links.detect]
 
 # text-log detectors (signals parsed by diag/analyze/textlog.py)
 from diag.analyze.detectors import (logs_config, logs_failures, logs_hangs,  # noqa: E402,I001

@@ -29,7 +29,15 @@ def load(inputs: Inputs) -> tuple[list[Snapshot], dict[int, str]]:
             continue
         snaps.append(snap)
         paths[snap.rank] = doc.path
-    return snaps, paths
+    return latest_launch(snaps), paths
+
+
+def latest_launch(snaps: list[Snapshot]) -> list[Snapshot]:
+    """Only the newest launch's snapshots: a reused run directory keeps older ones."""
+    if not snaps:
+        return snaps
+    newest = max(snaps, key=lambda s: s.facts.time).launch
+    return [s for s in snaps if s.launch == newest]
 
 
 def detect(inputs: Inputs) -> list[Finding]:

@@ -27,7 +27,9 @@ def detect(inputs: Inputs) -> list[Finding]:
         return []
     own = [f for f in failures if not COMM_FAILURE.search(f["type"] + ": " + f["message"])]
     root = (own or failures)[0]
-    findings = [_finding(root, root_cause=True)]
+    # Only communication failures: they follow from something else (a hang, a dead or
+    # unreachable peer) that another detector names; report them as its symptom.
+    findings = [_finding(root, root_cause=bool(own))]
     victims = [f for f in failures if f["rank"] != root["rank"]]
     if victims:
         findings.append(_victims(root, victims))

@@ -1,0 +1,92 @@
+"""Variable checks: invalid values, deprecated names, and names that look like typos."""
+
+from __future__ import annotations
+
+from diag.checkenv.catalog import CATALOG, TYPO_FAMILIES, lookup
+from diag.checkenv.facts import RankFacts
+from diag.checkenv.types import CheckResult, fail, ok, warn
+
+# Names that other launchers and images set; never typos of ours.
+_FOREIGN = ("SLURM", "PMI_", "PMIX_", "OMPI_", "MPI_", "NV_", "NVIDIA_", "CUDA_HOME",
+            "CUDA_PATH", "CUDA_VERSION", "NCCL_VERSION")
+
+
+def edit_distance(a: str, b: str, limit: int) -> int:
+    """Levenshtein distance, or ``limit + 1`` as soon as it must exceed ``limit``."""
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
+        if min(cur) > limit:
+            return limit + 1
+        prev = cur
+    return prev[-1]
+
+
+def typo_of(name: str) -> str | None:
+    """The catalog name ``name`` is most likely a misspelling of, if any.
+
+    Short names allow one edit, longer ones two: NCCL's names differ from each other by
+    two letters often enough (NCCL_IB_SL, NCCL_IB_TC) that more would flag real ones.
+    """
+    if name in CATALOG or name.startswith(_FOREIGN) or len(name) < 6:
+        return None
+    best, best_d = None, 3
+    for known in CATALOG:
+        limit = 1 if len(known) <= 10 else 2
+        d = edit_distance(name.upper(), known, limit)
+        if d <= limit and d < best_d:
+            best, best_d = known, d
+    return best
+
+
+def check_typos(facts: RankFacts) -> list[CheckResult]:
+    out = []
+    for name in facts.env_names:
+        known = typo_of(name)
+        if known:
+            out.append(warn("vars.typo", f"{name} is not a variable torch, NCCL or gloo "
+                            f"reads; did you mean {known}?",
+                            f"rename {name} to {known} (its setting is ignored as spelled)",
+                            env_var=name))
+    return out
+
+
+def check_deprecated(facts: RankFacts) -> list[CheckResult]:
+    out = []
+    for name, value in sorted(facts.env.items()):
+        spec = lookup(name)
+        if not (spec and spec.replaced_by):
+            continue
+        new = spec.replaced_by
+        both = f"; {new}={facts.env[new]} is set too and wins" if new in facts.env else ""
+        out.append(warn("vars.deprecated", f"{name}={value} is deprecated or removed{both}",
+                        f"use {new} instead ({spec.meaning})", env_var=name))
+    return out
+
+
+def check_values(facts: RankFacts) -> list[CheckResult]:
+    out = []
+    for name, value in sorted(facts.env.items()):
+        spec = lookup(name)
+        if spec and not spec.values.accepts(value):
+            out.append(fail("vars.value", f"{name}={value!r} is not valid: expected "
+                            f"{spec.values.text}", f"set {name} to {spec.values.text} "
+                            f"({spec.meaning}), or unset it", env_var=name))
+    return out
+
+
+def check_variables(facts: RankFacts) -> list[CheckResult]:
+    found = check_values(facts) + check_deprecated(facts) + check_typos(facts)
+    if found:
+        return found
+    known = sorted(n for n in facts.env if n in CATALOG)
+    unknown = sorted(n for n in facts.env if n.startswith(TYPO_FAMILIES) and n not in CATALOG)
+    note = f"; not in ddiag's catalog: {', '.join(unknown)}" if unknown else ""
+    return [ok("vars.values", f"{len(known)} distributed variables set, all valid{note}")]
+
+
+CHECKS = (check_variables,)

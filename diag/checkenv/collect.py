@@ -1,0 +1,223 @@
+"""Collect one rank's facts from the machine: the only module of check-env that reads it.
+
+Every probe is bounded in time (a name lookup or a connect can hang for minutes on a
+broken network) and never raises: what could not be read is recorded as such.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import ctypes
+import errno
+import json
+import os
+import platform
+import resource
+import socket
+import subprocess
+import time
+from typing import Callable, Mapping, TypeVar
+
+from diag.checkenv.catalog import in_family
+from diag.checkenv.facts import (
+    UNLIMITED, Iface, Limits, PortProbe, RankFacts, Resolution, Route, Versions,
+)
+
+T = TypeVar("T")
+LOOKUP_TIMEOUT_S = 3.0
+CONNECT_TIMEOUT_S = 2.0
+
+
+def bounded(fn: Callable[[], T], seconds: float, on_timeout: T) -> T:
+    """Run ``fn`` in a daemon thread; a lookup stuck in the resolver is abandoned."""
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    try:
+        return pool.submit(fn).result(timeout=seconds)
+    except concurrent.futures.TimeoutError:
+        return on_timeout
+    finally:
+        pool.shutdown(wait=False)
+
+
+def parse_ip_addr(text: str) -> tuple[Iface, ...]:
+    """Interfaces from ``ip -j addr show``."""
+    out = []
+    for link in json.loads(text or "[]"):
+        flags = set(link.get("flags", ()))
+        addrs = tuple(f"{a['local']}/{a.get('prefixlen', 32)}" for a in link.get("addr_info", ())
+                      if a.get("family") in ("inet", "inet6") and a.get("local"))
+        out.append(Iface(name=link["ifname"], up="UP" in flags and "LOWER_UP" in flags,
+                         addrs=addrs, mtu=int(link.get("mtu", 0)), loopback="LOOPBACK" in flags))
+    return tuple(out)
+
+
+def parse_route(dst: str, text: str, returncode: int) -> Route:
+    """``ip -j route get DST``; an error (network unreachable) comes back on stderr."""
+    if returncode != 0:
+        return Route(dst, error=text.strip() or f"ip route get exited {returncode}")
+    routes = json.loads(text or "[]")
+    if not routes:
+        return Route(dst, error="no route")
+    r = routes[0]
+    return Route(dst, dev=r.get("dev"), src=r.get("prefsrc"), local=r.get("type") == "local")
+
+
+def _ip(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", "-j", *args], capture_output=True, text=True, timeout=5)
+
+
+def interfaces() -> tuple[Iface, ...]:
+    try:
+        res = _ip("addr", "show")
+        return parse_ip_addr(res.stdout) if res.returncode == 0 else _sysfs_interfaces()
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return _sysfs_interfaces()
+
+
+def _sysfs_interfaces() -> tuple[Iface, ...]:
+    """Names and state only, for machines without iproute2."""
+    out = []
+    for _, name in socket.if_nameindex():
+        base = f"/sys/class/net/{name}"
+        state = _read(f"{base}/operstate").strip()
+        out.append(Iface(name, up=state in ("up", "unknown"), mtu=int(_read(f"{base}/mtu") or 0),
+                         loopback=name == "lo"))
+    return tuple(out)
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
+def route(dst: str) -> Route:
+    try:
+        res = _ip("route", "get", dst)
+        return parse_route(dst, res.stdout if res.returncode == 0 else res.stderr, res.returncode)
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        return Route(dst, error=str(exc))
+
+
+def resolve(name: str) -> Resolution:
+    def lookup() -> Resolution:
+        try:
+            infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+        except OSError as exc:
+            return Resolution(name, error=str(exc))
+        return Resolution(name, tuple(dict.fromkeys(i[4][0] for i in infos)))
+    return bounded(lookup, LOOKUP_TIMEOUT_S,
+                   Resolution(name, error=f"lookup timed out after {LOOKUP_TIMEOUT_S:.0f} s"))
+
+
+def probe_port(addr: str, port: int, timeout: float = CONNECT_TIMEOUT_S) -> PortProbe:
+    start = time.monotonic()
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        try:
+            sock.connect((addr, port))
+            outcome, error = "open", None
+        except OSError as exc:
+            outcome, error = _connect_outcome(exc), str(exc)
+    return PortProbe(addr, port, outcome, error, time.monotonic() - start)
+
+
+def _connect_outcome(exc: OSError) -> str:
+    if isinstance(exc, socket.timeout) or exc.errno == errno.ETIMEDOUT:
+        return "timeout"
+    if exc.errno == errno.ECONNREFUSED:
+        return "refused"
+    if exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+        return "unreachable"
+    return "error"
+
+
+def limits() -> Limits:
+    def norm(v: int) -> int:
+        return UNLIMITED if v == resource.RLIM_INFINITY else v
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)
+    memlock = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    return Limits(norm(nofile[0]), norm(nofile[1]), norm(memlock[0]), norm(memlock[1]))
+
+
+def shm_bytes(path: str = "/dev/shm") -> int | None:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_blocks * st.f_frsize
+
+
+def libibverbs_error() -> str | None:
+    try:
+        ctypes.CDLL("libibverbs.so.1")
+        return None
+    except OSError as exc:
+        return str(exc)
+
+
+def ib_devices(root: str = "/sys/class/infiniband") -> tuple[str, ...]:
+    try:
+        return tuple(sorted(os.listdir(root)))
+    except OSError:
+        return ()
+
+
+def driver_version() -> str | None:
+    text = _read("/proc/driver/nvidia/version")
+    words = text.split("Kernel Module", 1)[-1].split() if "Kernel Module" in text else []
+    return words[0] if words else None
+
+
+def torch_facts() -> tuple[Versions, tuple[str, ...]]:
+    """Versions and the visible GPUs' UUIDs; torch is imported here, in the rank only."""
+    import torch
+
+    from diag import __version__
+
+    cuda_ok = torch.cuda.is_available()
+    nccl = None
+    if cuda_ok:
+        try:
+            nccl = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception:  # noqa: BLE001 - a build without NCCL
+            nccl = None
+    uuids = tuple(str(torch.cuda.get_device_properties(i).uuid)
+                  for i in range(torch.cuda.device_count())) if cuda_ok else ()
+    return Versions(platform.python_version(), torch.__version__, torch.version.cuda, nccl,
+                    driver_version(), __version__), uuids
+
+
+def master_facts(env: Mapping[str, str], ifaces: tuple[Iface, ...]
+                 ) -> tuple[Resolution | None, Route | None, PortProbe | None]:
+    from diag.checkenv.checks_master import bad_address
+
+    name = env.get("MASTER_ADDR", "").strip()
+    if not name:
+        return None, None, None
+    res = resolve(name)
+    ips = sorted(res.addrs, key=lambda a: ":" in a)  # IPv4 first, as c10d tries it first
+    # Never send anything to a netmask, broadcast or wildcard: the check says why it is wrong.
+    if not ips or bad_address(ips[0], RankFacts(node="", hostname="", interfaces=ifaces)):
+        return res, None, None
+    port = env.get("MASTER_PORT", "").strip()
+    probe = probe_port(ips[0], int(port)) if port.isdigit() and 0 < int(port) < 65536 else None
+    return res, route(ips[0]), probe
+
+
+def collect(env: Mapping[str, str] | None = None) -> RankFacts:
+    env = dict(os.environ if env is None else env)
+    host, ifaces = socket.gethostname(), interfaces()
+    master, master_route, master_port = master_facts(env, ifaces)
+    versions, uuids = torch_facts()
+    return RankFacts(
+        node=env.get("SLURMD_NODENAME") or host, hostname=host,
+        env={k: v for k, v in env.items() if in_family(k)}, env_names=tuple(sorted(env)),
+        interfaces=ifaces, hostname_addrs=resolve(host), master=master,
+        master_route=master_route, master_port=master_port, limits=limits(),
+        shm_bytes=shm_bytes(), cpus=len(os.sched_getaffinity(0)), ib_devices=ib_devices(),
+        dev_infiniband=os.path.isdir("/dev/infiniband"), libibverbs_error=libibverbs_error(),
+        versions=versions, gpu_uuids=uuids, time=time.time())

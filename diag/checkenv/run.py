@@ -1,0 +1,77 @@
+"""check-env's three ways to run, callable from Python as from the CLI:
+
+    check_local(out)                  this process only
+    check_in_job(out, job, timeout)   every rank of the job we run in; rank 0 gets the report
+    check_launched(spec, out, ...)    start ranks with torchrun/srun, merge their snapshots
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+
+from diag.checkenv.gather import check_here, run_rank, wait_for_snapshots
+from diag.checkenv.report import Report, build_report
+from diag.checkenv.snapshot import read_snapshots, snapshot_from_json
+from diag.rundir import launcher_run_id
+from probes.launch import GROUP_TIMEOUT_S, JobEnv, LaunchSpec, run_job
+
+
+def default_out(job: JobEnv | None = None) -> Path:
+    """$DDIAG_RUN_DIR (so a training run's analyze sees the snapshots), else a fresh
+    directory whose name every rank of one launch derives alike."""
+    if os.environ.get("DDIAG_RUN_DIR"):
+        return Path(os.environ["DDIAG_RUN_DIR"])
+    if job is not None:
+        tag = launcher_run_id() or f"{job.master_addr}-{job.master_port}"
+    else:
+        tag = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    return Path(f"ddiag-check-env-{tag}")
+
+
+def save(report: Report, out: Path) -> Report:
+    (out / "check_env.json").write_text(json.dumps(report.to_json(), indent=1) + "\n")
+    return report
+
+
+def check_local(out: Path) -> Report:
+    snap = check_here(out, None, uuid.uuid4().hex)
+    return save(build_report([snap], 1, cross=False, run_dir=str(out), mode="local"), out)
+
+
+def check_in_job(out: Path, job: JobEnv, timeout_s: float = GROUP_TIMEOUT_S
+                 ) -> Report | None:
+    """Run in every rank; rank 0 returns the report, the others None."""
+    snap, docs = run_rank(out, job, timeout_s)
+    if job.rank != 0:
+        return None
+    if docs is not None:
+        snaps = [snapshot_from_json(d) for d in docs]
+        problems: list[str] = []
+    else:
+        # The group did not form: read the others' files (a shared run dir) instead.
+        snaps = wait_for_snapshots(out, job.world_size, timeout_s, snap.launch)
+        problems = [] if len(snaps) == job.world_size else [
+            f"{out}/env holds {len(snaps)} of {job.world_size} snapshots: the gloo gather "
+            "failed and the run directory is not shared with every node"]
+    return save(build_report(snaps, job.world_size, problems=problems, run_dir=str(out),
+                             mode=job.launcher), out)
+
+
+def check_launched(spec: LaunchSpec, out: Path, timeout_s: float = GROUP_TIMEOUT_S
+                   ) -> tuple[Report, str]:
+    """Start the ranks, wait, merge their snapshot files. Returns the report and the
+    launcher's stderr tail (for when ranks are missing)."""
+    out, launch = out.resolve(), uuid.uuid4().hex
+    job = run_job(spec, "diag.checkenv.gather", ["--out", str(out), "--group-timeout",
+                                                 str(timeout_s), "--launch-id", launch])
+    snaps, problems = read_snapshots(out / "env", launch)
+    world = spec.nodes * spec.nproc_per_node
+    if job.timed_out:
+        problems.append(f"the launch timed out after {spec.timeout_s:.0f} s and was stopped")
+    report = build_report(snaps, world, problems=problems, run_dir=str(out),
+                          mode=spec.launcher)
+    return save(report, out), job.stderr[-4000:]

@@ -1,0 +1,159 @@
+"""``ddiag probe``: parse, call ``probes.run``, render. Nothing else.
+
+Exit codes: 0 nothing flagged, 1 slow links or ranks flagged, 2 the probe could not run.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from probes.launch import GROUP_TIMEOUT_S, LAUNCHERS
+
+
+def launch_options(fn):
+    """The options ``probe`` and ``check-env --all-ranks`` share to start ranks."""
+    for option in reversed([
+        click.option("--launcher", type=click.Choice(LAUNCHERS), default=None,
+                     help="Start the ranks: local = torchrun on this host, slurm = srun with "
+                          "one torchrun per node. Omit inside torchrun/srun."),
+        click.option("--nodes", default=1, show_default=True, help="Nodes (slurm)."),
+        click.option("--nproc-per-node", default=1, show_default=True, help="Ranks per node."),
+        click.option("--env-on", "env_on", multiple=True, metavar="NODE:VAR=VALUE",
+                     help="Set VAR on one node only, to rehearse a misconfiguration. "
+                          "Repeatable."),
+        click.option("--master-port", type=int, default=None,
+                     help="Port of the rendezvous store (default: a free one)."),
+        click.option("--timeout", "launch_timeout", default=300.0, show_default=True,
+                     help="Seconds before a launched job is stopped."),
+        click.option("--group-timeout", default=GROUP_TIMEOUT_S, show_default=True,
+                     help="Seconds ranks wait for each other to form the process group."),
+    ]):
+        fn = option(fn)
+    return fn
+
+
+def resolve_launch(opts: dict, in_job: bool = True):
+    """(LaunchSpec, None) with --launcher; else (None, the job we run in, or None)."""
+    from diag.cli import fail
+    from probes.launch import LaunchError, LaunchSpec, job_env, parse_env_on
+
+    try:
+        if opts["launcher"]:
+            return LaunchSpec(opts["launcher"], opts["nodes"], opts["nproc_per_node"],
+                              parse_env_on(opts["env_on"]), opts["master_port"],
+                              opts["launch_timeout"]), None
+        return None, job_env() if in_job else None
+    except LaunchError as err:
+        fail(str(err))
+
+
+def common_options(fn):
+    for option in reversed([
+        click.option("--backend", type=click.Choice(["gloo", "nccl"]), default=None,
+                     help="Default: the job's own (nccl with GPUs, else gloo)."),
+        click.option("--out", type=click.Path(path_type=Path), default=None,
+                     help="Run directory; results go to RUN_DIR/probes/ "
+                          "(default: $DDIAG_RUN_DIR or a fresh one)."),
+        click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
+    ]):
+        fn = option(fn)
+    return launch_options(fn)
+
+
+@click.group()
+def probe() -> None:
+    """Measure links, collectives and compute across the job's ranks."""
+
+
+def run_and_show(name: str, params: dict, opts: dict) -> None:
+    from diag.cli import fail
+    from probes import run
+
+    spec, job = resolve_launch(opts)
+    out, timeout, backend = opts["out"] or run.default_out(), opts["group_timeout"], opts["backend"]
+    if spec:
+        doc, result = run.probe_launched(name, params, spec, out, timeout, backend)
+        if doc is None:
+            click.echo(result.stderr[-4000:], err=True)
+            fail(f"probe {name}: rank 0 wrote no result (launcher exit {result.returncode}"
+                 f"{', timed out' if result.timed_out else ''}); its output is above")
+    elif job:
+        doc = run.probe_in_job(name, params, job, out, timeout, backend)
+        if doc is None:
+            sys.exit(0)  # not rank 0: rank 0 reports for everyone
+    else:
+        fail("not inside torchrun or srun (no RANK/WORLD_SIZE, no SLURM_PROCID); start ranks "
+             "with --launcher local --nproc-per-node 2, or --launcher slurm --nodes N")
+    show(name, doc, opts["as_json"])
+
+
+def show(name: str, doc: dict, as_json: bool) -> None:
+    if as_json:
+        from diag.cli import emit_json
+
+        emit_json(doc)
+    else:
+        from probes.render import render
+
+        render(name, doc)
+    flagged = doc.get("slow_links") or doc.get("slow_ranks")
+    sys.exit(1 if flagged else 0)
+
+
+@probe.command()
+@click.option("--seconds", default=0.5, show_default=True, help="Target time per transfer.")
+@click.option("--max-bytes", default=64 << 20, show_default=True, help="Largest transfer.")
+@click.option("--slow-ratio", default=0.5, show_default=True,
+              help="Flag links below this fraction of the median.")
+@common_options
+def links(seconds: float, max_bytes: int, slow_ratio: float, **opts) -> None:
+    """Pairwise bandwidth and latency between nodes (one rank per node)."""
+    if opts["launcher"] == "local":
+        from diag.cli import fail
+
+        fail("probe links measures between nodes and --launcher local has one; use "
+             "--launcher slurm --nodes N, or run it inside a multi-node job")
+    run_and_show("links", {"target_s": seconds, "max_bytes": max_bytes,
+                           "slow_ratio": slow_ratio}, opts)
+
+
+@probe.command()
+@click.option("--ops", default="all_reduce,all_gather,reduce_scatter,broadcast",
+              show_default=True, help="Comma list of collectives.")
+@click.option("--min-bytes", default=4096, show_default=True)
+@click.option("--max-bytes", default=4 << 20, show_default=True)
+@click.option("--factor", default=4, show_default=True, help="Size step multiplier.")
+@click.option("--seconds", default=0.1, show_default=True, help="Target time per size.")
+@common_options
+def collectives(ops: str, min_bytes: int, max_bytes: int, factor: int, seconds: float,
+                **opts) -> None:
+    """Size sweep of collectives with algbw and busbw (nccl-tests definitions)."""
+    from diag.cli import fail
+    from probes.collectives import OPS, sweep_sizes
+
+    names = [o.strip() for o in ops.split(",") if o.strip()]
+    unknown = [o for o in names if o not in OPS]
+    if unknown:
+        fail(f"--ops: unknown {', '.join(unknown)}; choose from {', '.join(OPS)}")
+    try:
+        sizes = sweep_sizes(min_bytes, max_bytes, factor)
+    except ValueError as err:
+        fail(f"--min-bytes/--max-bytes/--factor: {err}")
+    run_and_show("collectives", {"ops": names, "sizes": sizes, "target_s": seconds}, opts)
+
+
+@probe.command()
+@click.option("--size", "n", default=1024, show_default=True, help="Matrix side n (n x n).")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]),
+              default="float32", show_default=True)
+@click.option("--seconds", default=1.0, show_default=True, help="Target time per rank.")
+@click.option("--slow-ratio", default=0.8, show_default=True,
+              help="Flag ranks below this fraction of the median.")
+@common_options
+def compute(n: int, dtype: str, seconds: float, slow_ratio: float, **opts) -> None:
+    """Matmul throughput of every rank, to find slow nodes."""
+    run_and_show("compute", {"n": n, "dtype": dtype, "target_s": seconds,
+                             "slow_ratio": slow_ratio}, opts)

@@ -1,0 +1,232 @@
+"""Where ranks come from: the job we already run in (torchrun or srun), or one we start
+with the standard launchers (torchrun on this host; srun with one torchrun per node).
+
+Used by ``ddiag probe`` and ``ddiag check-env --all-ranks``. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+LAUNCHERS = ("local", "slurm")
+GROUP_TIMEOUT_S = 10.0
+"""How long ranks wait for each other to form a process group: short, because a group
+that has not formed in seconds is broken (the default of 30 minutes hides that)."""
+
+
+class LaunchError(ValueError):
+    """A launch request that cannot work, with what to change."""
+
+
+@dataclass(frozen=True)
+class JobEnv:
+    """This process's place in a running job, as its launcher told it."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    master_addr: str
+    master_port: int
+    launcher: str
+    """torchrun (RANK/WORLD_SIZE set) or srun (SLURM_PROCID/SLURM_NTASKS only)."""
+
+    @property
+    def init_method(self) -> str:
+        host = f"[{self.master_addr}]" if ":" in self.master_addr else self.master_addr
+        return f"tcp://{host}:{self.master_port}"
+
+
+def _int(env: Mapping[str, str], key: str, default: int | None = None) -> int:
+    value = env.get(key, "").strip()
+    if value.isdigit():
+        return int(value)
+    if default is None:
+        raise LaunchError(f"{key} must be a non-negative integer, got: {value!r}")
+    return default
+
+
+def job_env(env: Mapping[str, str] | None = None) -> JobEnv | None:
+    """The job this process runs in, or None when it was started by hand."""
+    env = os.environ if env is None else env
+    if env.get("RANK") and env.get("WORLD_SIZE"):
+        return _torchrun_env(env)
+    if env.get("SLURM_PROCID") and env.get("SLURM_NTASKS"):
+        return _srun_env(env)
+    return None
+
+
+def _torchrun_env(env: Mapping[str, str]) -> JobEnv:
+    if not env.get("MASTER_ADDR") or not env.get("MASTER_PORT"):
+        raise LaunchError("RANK and WORLD_SIZE are set but MASTER_ADDR/MASTER_PORT are not; "
+                          "launch with torchrun, or export both")
+    world = _int(env, "WORLD_SIZE")
+    return JobEnv(_int(env, "RANK"), world, _int(env, "LOCAL_RANK", 0),
+                  _int(env, "LOCAL_WORLD_SIZE", world), env["MASTER_ADDR"],
+                  _int(env, "MASTER_PORT"), "torchrun")
+
+
+def _srun_env(env: Mapping[str, str]) -> JobEnv:
+    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST", "")
+    master = env.get("MASTER_ADDR") or (expand_nodelist(nodelist) or ["127.0.0.1"])[0]
+    # Every task derives the same port from the job id, without talking to the others.
+    port = _int(env, "MASTER_PORT", 20000 + _int(env, "SLURM_JOB_ID", 0) % 20000)
+    local_world = _int(env, "SLURM_NTASKS_PER_NODE", 0) or _tasks_on_node(env)
+    return JobEnv(_int(env, "SLURM_PROCID"), _int(env, "SLURM_NTASKS"),
+                  _int(env, "SLURM_LOCALID", 0), local_world, master, port, "srun")
+
+
+def _tasks_on_node(env: Mapping[str, str]) -> int:
+    """SLURM_TASKS_PER_NODE ("2(x3),1") at this node's index."""
+    counts: list[int] = []
+    for part in env.get("SLURM_TASKS_PER_NODE", "1").split(","):
+        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if m:
+            counts += [int(m.group(1))] * int(m.group(2) or 1)
+    node = _int(env, "SLURM_NODEID", 0)
+    return counts[node] if node < len(counts) else 1
+
+
+def expand_nodelist(nodelist: str) -> list[str]:
+    """Slurm's compressed host list ("node[1-3,7],gpu01") in order."""
+    hosts: list[str] = []
+    for prefix, ranges, plain in re.findall(r"([^,\[]+)\[([^\]]+)\]|([^,\[\]]+)", nodelist):
+        if plain:
+            hosts.append(plain)
+            continue
+        for item in ranges.split(","):
+            lo, _, hi = item.partition("-")
+            width = len(lo)
+            hosts += [f"{prefix}{i:0{width}d}" for i in range(int(lo), int(hi or lo) + 1)]
+    return hosts
+
+
+# --- starting a job ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """How to start ranks: ``local`` is torchrun on this host, ``slurm`` is srun with one
+    torchrun per node (static rendezvous on the first node)."""
+
+    launcher: str
+    nodes: int = 1
+    nproc_per_node: int = 1
+    env_on: tuple[tuple[str, str, str], ...] = ()
+    """(node, VAR, value): set VAR on that node only, to rehearse a misconfiguration."""
+    master_port: int | None = None
+    timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.launcher not in LAUNCHERS:
+            raise LaunchError(f"--launcher must be one of {', '.join(LAUNCHERS)}, got: "
+                              f"{self.launcher!r}")
+        if self.nodes < 1 or self.nproc_per_node < 1:
+            raise LaunchError(f"--nodes and --nproc-per-node must be >= 1, got: "
+                              f"{self.nodes} and {self.nproc_per_node}")
+        if self.launcher == "local" and self.nodes != 1:
+            raise LaunchError(f"--launcher local runs on this host only: --nodes must be 1, "
+                              f"got: {self.nodes}; use --launcher slurm for more nodes")
+
+
+def parse_env_on(items: Sequence[str]) -> tuple[tuple[str, str, str], ...]:
+    out = []
+    for item in items:
+        m = re.fullmatch(r"([\w.-]+):([A-Za-z_][A-Za-z0-9_]*)=(.*)", item)
+        if not m:
+            raise LaunchError(f"--env-on must look like NODE:VAR=VALUE (e.g. "
+                              f"node3:GLOO_SOCKET_IFNAME=eth9), got: {item!r}")
+        out.append((m.group(1), m.group(2), m.group(3)))
+    return tuple(out)
+
+
+def torchrun_args(nnodes: int, nproc: int, port: int) -> list[str]:
+    """torchrun with static rendezvous (the default once --master-addr is given)."""
+    return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}",
+            f"--nproc-per-node={nproc}", f"--master-port={port}"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def local_command(spec: LaunchSpec, module: str, args: Sequence[str]
+                  ) -> tuple[list[str], dict[str, str]]:
+    """torchrun on this host, and the environment to give it (with --env-on applied)."""
+    host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    env = dict(os.environ)
+    for node, var, value in spec.env_on:
+        if node != host:
+            raise LaunchError(f"--env-on {node}:{var}: --launcher local runs on this host "
+                              f"only ({host}); name it, or use --launcher slurm")
+        env[var] = value
+    port = spec.master_port or free_port()
+    argv = torchrun_args(1, spec.nproc_per_node, port) + ["--master-addr=127.0.0.1"]
+    return argv + ["-m", module, *args], env
+
+
+def slurm_command(spec: LaunchSpec, module: str, args: Sequence[str]) -> list[str]:
+    """srun, one task per node, each exec-ing torchrun; rank 0's node hosts the store."""
+    port = spec.master_port or random.randint(20000, 39999)
+    torchrun = " ".join(shlex.quote(a) for a in torchrun_args(spec.nodes, spec.nproc_per_node,
+                                                              port))
+    exports = "".join(f'if [ "$SLURMD_NODENAME" = {shlex.quote(node)} ]; then export '
+                      f"{var}={shlex.quote(value)}; fi; " for node, var, value in spec.env_on)
+    script = ('MASTER=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1); '
+              f'{exports}exec {torchrun} --node-rank="$SLURM_NODEID" --master-addr="$MASTER" '
+              f"-m {shlex.quote(module)} {' '.join(shlex.quote(a) for a in args)}")
+    return ["srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", "--ntasks-per-node=1",
+            "sh", "-c", script]
+
+
+def command(spec: LaunchSpec, module: str, args: Sequence[str]
+            ) -> tuple[list[str], dict[str, str]]:
+    if spec.launcher == "local":
+        return local_command(spec, module, args)
+    return slurm_command(spec, module, args), dict(os.environ)
+
+
+@dataclass(frozen=True)
+class JobResult:
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+    timed_out: bool = False
+
+
+def run_job(spec: LaunchSpec, module: str, args: Sequence[str]) -> JobResult:
+    """Start the job and wait; on timeout stop it (SIGTERM, then SIGKILL) and say so."""
+    argv, env = command(spec, module, args)
+    start = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=spec.timeout_s)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        out, err = _stop(proc)
+        timed_out = True
+    return JobResult(argv, proc.returncode, out, err, time.monotonic() - start, timed_out)
+
+
+def _stop(proc: subprocess.Popen) -> tuple[str, str]:
+    # srun forwards SIGTERM to its tasks; a SIGKILL of srun alone would orphan them.
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        return proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        return proc.communicate()

@@ -1,0 +1,219 @@
+"""``probe links``: point-to-point bandwidth and latency between every pair of nodes.
+
+One rank per node takes part. Pairs are scheduled as a round-robin tournament, so in each
+round every node is in at most one pair and the pairs of a round run concurrently: n-1
+rounds (n for odd n), each measuring both directions, instead of n(n-1) serial
+transfers. The receiver times each transfer, from a small "go" message to the last byte,
+so the rate is what the link delivered, not what the sender queued.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+from diag import schema
+
+PILOT_BYTES = 1 << 20
+PINGS = 10
+
+
+def round_robin(n: int) -> list[list[tuple[int, int]]]:
+    """Rounds of disjoint pairs covering every pair of ``n`` players once (circle method:
+    player 0 stays, the others rotate; with an odd ``n`` a bye takes the empty seat)."""
+    if n < 2:
+        return []
+    seats = list(range(n)) + ([None] if n % 2 else [])
+    rounds = []
+    for _ in range(len(seats) - 1):
+        half = len(seats) // 2
+        pairs = [(seats[i], seats[-1 - i]) for i in range(half)]
+        rounds.append([tuple(sorted(p)) for p in pairs if None not in p])
+        seats = [seats[0], seats[-1]] + seats[1:-1]
+    return rounds
+
+
+@dataclass(frozen=True)
+class Link:
+    """One direction of one node pair, as measured."""
+
+    src: str
+    dst: str
+    bytes: int
+    seconds: float
+    """Receiver's time from the go message to the last byte."""
+    latency_us: float
+    """Half the median round trip of a 4-byte message."""
+
+    @property
+    def gbit_per_s(self) -> float:
+        """Payload rate in Gbit/s (10^9 bits per second)."""
+        return self.bytes * 8 / self.seconds / 1e9 if self.seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class LinkReport:
+    """The matrix and its verdict: a link is slow below ``slow_ratio`` x the median."""
+
+    nodes: tuple[str, ...]
+    links: tuple[Link, ...]
+    median_gbit_per_s: float
+    slow_ratio: float
+    slow_links: tuple[tuple[str, str], ...]
+    slow_nodes: tuple[str, ...]
+    """Nodes all of whose links are slow: the node's own NIC, cable or port."""
+    backend: str = "gloo"
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        slow = set(self.slow_links)
+        return {**schema.stamp(schema.PROBE_LINKS), "backend": self.backend,
+                "nodes": list(self.nodes), "seconds": round(self.seconds, 3),
+                "median_gbit_per_s": self.median_gbit_per_s, "slow_ratio": self.slow_ratio,
+                "slow_links": [list(p) for p in self.slow_links],
+                "slow_nodes": list(self.slow_nodes),
+                "links": [{**asdict(link), "gbit_per_s": link.gbit_per_s,
+                           "slow": (link.src, link.dst) in slow} for link in self.links]}
+
+
+def analyze(nodes: Sequence[str], links: Sequence[Link], slow_ratio: float = 0.5,
+            backend: str = "gloo", seconds: float = 0.0) -> LinkReport:
+    rates = [link.gbit_per_s for link in links]
+    median = statistics.median(rates) if rates else 0.0
+    slow = tuple((x.src, x.dst) for x in links if x.gbit_per_s < slow_ratio * median)
+    return LinkReport(tuple(nodes), tuple(links), median, slow_ratio, slow,
+                      slow_nodes(nodes, links, slow), backend, seconds)
+
+
+def slow_nodes(nodes: Sequence[str], links: Sequence[Link],
+               slow: Sequence[tuple[str, str]]) -> tuple[str, ...]:
+    """With three or more nodes, a node whose every link is slow is the culprit; with two
+    the one link cannot say which end is at fault."""
+    if len(nodes) < 3:
+        return ()
+    flagged = set(slow)
+    return tuple(n for n in nodes
+                 if all((x.src, x.dst) in flagged for x in links if n in (x.src, x.dst)))
+
+
+# --- inside the ranks ------------------------------------------------------------------
+
+def _ping(peer: int, sender: bool, device: str) -> float:
+    """Median one-way latency in microseconds, from round trips (sender side)."""
+    import torch
+    import torch.distributed as dist
+
+    buf, trips = torch.zeros(1, device=device), []
+    for _ in range(PINGS + 2):
+        start = time.perf_counter()
+        if sender:
+            dist.send(buf, peer)
+            dist.recv(buf, peer)
+        else:
+            dist.recv(buf, peer)
+            dist.send(buf, peer)
+        trips.append(time.perf_counter() - start)
+    return statistics.median(trips[2:]) / 2 * 1e6
+
+
+def _timed_recv(peer: int, nbytes: int, group) -> float:
+    """Receive a go message, then ``nbytes``; seconds from go to the last byte."""
+    import torch
+    import torch.distributed as dist
+
+    from probes.dist import sync
+
+    go, buf = torch.zeros(1, device=group.device), torch.empty(nbytes // 4, device=group.device)
+    dist.recv(go, peer)
+    sync(group)
+    start = time.perf_counter()
+    dist.recv(buf, peer)
+    sync(group)
+    return time.perf_counter() - start
+
+
+def _send(peer: int, nbytes: int, device: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    dist.send(torch.zeros(1, device=device), peer)
+    dist.send(torch.ones(nbytes // 4, device=device), peer)
+
+
+def _size_for(rate_bps: float, target_s: float, max_bytes: int) -> int:
+    """Bytes for a transfer of about ``target_s`` at the pilot's rate, 4-byte aligned."""
+    return int(min(max(rate_bps * target_s, PILOT_BYTES), max_bytes)) // 4 * 4
+
+
+def measure_pair(group, peer: int, sender: bool, target_s: float, max_bytes: int
+                 ) -> dict | None:
+    """One direction of one pair. The receiver returns bytes and seconds, the sender the
+    latency; rank 0 joins them."""
+    import torch
+    import torch.distributed as dist
+
+    latency = _ping(peer, sender, group.device)
+    size = torch.zeros(1, dtype=torch.int64, device=group.device)
+    if sender:
+        _send(peer, PILOT_BYTES, group.device)
+        dist.recv(size, peer)
+        _send(peer, int(size.item()), group.device)
+        return {"latency_us": latency}
+    pilot = _timed_recv(peer, PILOT_BYTES, group)
+    size[0] = _size_for(PILOT_BYTES / max(pilot, 1e-9), target_s, max_bytes)
+    dist.send(size, peer)
+    return {"bytes": int(size.item()), "seconds": _timed_recv(peer, int(size.item()), group)}
+
+
+def my_pair(pairs: list[tuple[int, int]], me: int, flip: bool) -> tuple[int, int] | None:
+    """(src, dst) node indices of my pair this round and direction, if I play."""
+    for a, b in pairs:
+        if me in (a, b):
+            return (b, a) if flip else (a, b)
+    return None
+
+
+def play_rounds(group, target_s: float, max_bytes: int) -> list[dict]:
+    """Every round, both directions; this rank's halves of the links it took part in."""
+    import torch.distributed as dist
+
+    nodes, ranks = list(group.leaders), list(group.leaders.values())
+    me = ranks.index(group.job.rank) if group.job.rank in ranks else None
+    mine: list[dict] = []
+    for pairs in round_robin(len(nodes)):
+        for flip in (False, True):
+            pair = my_pair(pairs, me, flip) if me is not None else None
+            if pair:
+                sender = me == pair[0]
+                peer = ranks[pair[1] if sender else pair[0]]
+                part = measure_pair(group, peer, sender, target_s, max_bytes)
+                mine.append({"src": nodes[pair[0]], "dst": nodes[pair[1]], **part})
+            dist.barrier()  # rounds must not overlap: each link is measured alone
+    return mine
+
+
+def run(group, target_s: float = 0.5, max_bytes: int = 64 << 20,
+        slow_ratio: float = 0.5) -> LinkReport | None:
+    """Every rank calls this; rank 0 returns the report."""
+    import torch.distributed as dist
+
+    start = time.monotonic()
+    mine = play_rounds(group, target_s, max_bytes)
+    parts: list = [None] * group.job.world_size if group.job.rank == 0 else None
+    dist.gather_object(mine, parts, dst=0)
+    if group.job.rank != 0:
+        return None
+    return analyze(list(group.leaders), join(parts), slow_ratio, group.backend,
+                   time.monotonic() - start)
+
+
+def join(parts: list[list[dict]]) -> list[Link]:
+    """Sender halves (latency) and receiver halves (bytes, seconds) into links."""
+    halves: dict[tuple[str, str], dict] = {}
+    for part in parts:
+        for half in part or ():
+            halves.setdefault((half["src"], half["dst"]), {}).update(half)
+    return [Link(h["src"], h["dst"], h["bytes"], h["seconds"], h.get("latency_us", 0.0))
+            for h in halves.values() if "bytes" in h]

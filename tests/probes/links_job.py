@@ -1,0 +1,25 @@
+"""probe links on real gloo ranks of one host, each rank pretending to be its own node.
+
+Rank 0 prints the report as one JSON line.
+"""
+
+import dataclasses
+import json
+
+from probes import links
+from probes.dist import close_group, form_group
+from probes.launch import job_env
+
+
+def main() -> None:
+    job = job_env()
+    group = form_group(job, timeout_s=30)
+    group = dataclasses.replace(group, nodes=tuple(f"n{r}" for r in range(job.world_size)))
+    report = links.run(group, target_s=0.05, max_bytes=4 << 20)
+    close_group()
+    if report is not None:
+        print(json.dumps(report.to_json()), flush=True)
+
+
+if __name__ == "__main__":
+    main()
