@@ -20,12 +20,10 @@ torch is imported inside functions: ``diag`` stays importable without it.
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import os
 import signal
 import threading
-import time
 from pathlib import Path
 
 log = logging.getLogger("ddiag")
@@ -214,20 +212,3 @@ def dump_path(run_dir: str | os.PathLike, rank: int) -> Path:
     from diag.rundir import RunDir
 
     return RunDir(Path(run_dir)).path("fr", rank, ".json")
-
-
-def read_dump(path: str | os.PathLike) -> dict:
-    """A dump back as a dict (torch's format, unchanged)."""
-    return json.loads(Path(path).read_text())
-
-
-def wait_for_dump(path: str | os.PathLike, after: float, timeout_s: float = 10.0) -> bool:
-    """True once ``path`` was (re)written at or after ``after`` (a time.time()), for a
-    caller that signalled a rank and wants its dump."""
-    path = Path(path)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if path.exists() and path.stat().st_mtime >= after:
-            return True
-        time.sleep(0.05)
-    return False

@@ -111,7 +111,7 @@ class TrainerConfig:
     """The parallelism."""
     steps: int = 20
     """Optimizer steps to run."""
-    lr: float = 1e-3
+    lr: float = 3e-3
     """AdamW learning rate."""
     device: str = "cpu"
     """cpu (gloo) | cuda (NCCL, one GPU per local rank) | auto (cuda when available)."""
@@ -158,13 +158,10 @@ class TrainerConfig:
         for fault in self.faults:
             fault.check_world(world_size)
 
-    def data_samples_needed(self, dp_size: int) -> int:
-        return self.steps * self.data.batch * dp_size
-
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m reference_trainer",
+        prog="python -m reference_trainer", usage="%(prog)s [options] (under torchrun, or alone)",
         description="A small GPT trained with a known parallelism and switchable faults, "
                     "instrumented with ddiag. Run it under torchrun (or alone).")
     p.add_argument("--mode", default="ddp", choices=MODES, help="parallelism")
@@ -190,7 +187,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=20, help="optimizer steps")
     p.add_argument("--batch", type=int, default=8, help="per-rank micro-batch (samples)")
     p.add_argument("--samples", type=int, default=65536, help="synthetic dataset length")
-    p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate")
+    p.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate")
     p.add_argument("--seed", type=int, default=0, help="seed for weights, data and shuffle")
     p.add_argument("--loader-workers", type=int, default=0, help="DataLoader workers per rank")
     p.add_argument("--out", type=Path, default=None,
@@ -209,7 +206,11 @@ def parse(argv: list[str] | None = None) -> TrainerConfig:
     args = parser.parse_args(argv)
     injects = [*args.inject, *_env_injects()]
     try:
-        return from_args(args, injects)
+        cfg = from_args(args, injects)
+        # The launcher has announced the world size already; fail before any rank
+        # builds a process group that the other ranks would then wait on.
+        cfg.check_world(int(os.environ.get("WORLD_SIZE", "1")))
+        return cfg
     except ValueError as exc:
         parser.error(str(exc))  # exits 2 with the usage line, like any argparse error
 

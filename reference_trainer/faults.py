@@ -4,6 +4,9 @@ on rank R so that the run directory shows what the real failure would leave.
 Steps count from 0, as ddiag's step records do. One-shot faults fire at step S;
 ``slow_compute``, ``slow_data`` and ``nan`` hold from step S on. Nothing here writes a
 record that names the fault: the evidence must be the failure's own.
+
+torch is imported inside the actions that need it: parsing and the data-path faults
+(which also run in loader workers and in bare test subprocesses) need none of it.
 """
 
 from __future__ import annotations
@@ -11,6 +14,10 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 # kind -> (what arg means, its default, whether it must be a whole number)
 KINDS: dict[str, tuple[str | None, float | None, bool]] = {
@@ -137,7 +144,7 @@ class DataFaults:
 class Faults:
     """The faults aimed at this rank, applied at the points the training loop offers."""
 
-    def __init__(self, specs: tuple[FaultSpec, ...], rank: int, device) -> None:
+    def __init__(self, specs: tuple[FaultSpec, ...], rank: int, device: "torch.device") -> None:
         self.mine = [s for s in specs if s.rank == rank]
         self.rank = rank
         self.device = device
@@ -169,14 +176,15 @@ class Faults:
     def extra_collective(self, step: int) -> bool:
         return any(s.kind == "extra_collective" and s.active(step) for s in self.mine)
 
-    def poison_output(self, module, inputs, output):
+    def poison_output(self, module: "torch.nn.Module", inputs: tuple,
+                      output: "torch.Tensor") -> "torch.Tensor":
         """Forward hook: from the ``nan`` step on, this rank's activations turn NaN, as an
         overflow or a corrupt sample would make them; backward then carries NaN into the
         gradients and the gradient all_reduce spreads it."""
         return output + float("nan") if self.nan_now else output
 
 
-def burn_compute(seconds: float, device) -> None:
+def burn_compute(seconds: float, device: "torch.device") -> None:
     """Real extra work: square matmuls until ``seconds`` have passed. (Sleeping would
     leave the core idle, which is not what a slow GPU or a hot loop looks like.)"""
     import torch
@@ -210,10 +218,13 @@ def _oom(faults: Faults, spec: FaultSpec, step: int) -> None:
 
     nbytes = int(spec.amount or 4 * device_memory_bytes(faults.device))
     held = torch.empty(nbytes, dtype=torch.uint8, device=faults.device)
+    # Granted: the host overcommits (vm.overcommit_memory=1) and never touched the pages.
+    # Ask for more than any address space holds, which no allocator can grant.
     del held
+    torch.empty(1 << 60, dtype=torch.uint8, device=faults.device)
 
 
-def device_memory_bytes(device) -> int:
+def device_memory_bytes(device: "torch.device") -> int:
     if getattr(device, "type", "cpu") == "cuda":
         import torch
 

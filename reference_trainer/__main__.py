@@ -1,0 +1,45 @@
+"""``python -m reference_trainer``: parse, build, train, close. See docs/reference-trainer.md."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import diag
+from diag import flight_recorder
+from diag.rundir import resolve_run_dir
+from reference_trainer import config, distributed
+from reference_trainer.trainer import Trainer
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = config.parse(argv)
+    started = time.monotonic()
+    try:
+        env = distributed.setup(cfg.device, cfg.timeout_s)
+    except ValueError as exc:  # a --device this host cannot serve
+        print(f"python -m reference_trainer: error: {exc}", file=sys.stderr)
+        return 2
+    run_dir = resolve_run_dir(cfg.out)
+    diag.init(run_dir)
+    flight_recorder.install(flight_recorder.dump_path(run_dir, env.rank))
+    try:
+        trainer = Trainer(cfg, env)
+        steps_per_s = trainer.train()
+        if cfg.save_params:
+            trainer.save_params()
+        summary = trainer.summary(steps_per_s, time.monotonic() - started) if cfg.json else None
+    except BaseException:
+        flight_recorder.dump()  # what this rank had issued when it failed
+        raise
+    flight_recorder.dump()
+    diag.shutdown()
+    distributed.close()
+    if summary is not None and env.rank == 0:
+        print(json.dumps({**summary, "run_dir": str(run_dir)}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
