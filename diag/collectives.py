@@ -121,6 +121,8 @@ class CollectiveRecorder:
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
+            if op == "batch_isend_irecv":
+                _unwrap_p2p_ops(args[0] if args else kwargs.get("p2p_op_list", []))
             if getattr(recorder._local, "depth", 0):
                 return fn(*args, **kwargs)
             recorder._local.depth = 1
@@ -169,7 +171,9 @@ class CollectiveRecorder:
         if self.check_finite and op in REDUCTIONS:
             self._queue_finite_check(op, record["seq"], inputs)
         record.update(describe(tensors_of(_arg(args, kwargs, out_at)), "out"))
-        self.pending = {"op": op, "group": info.name, "seq": record["seq"], "t": record["t"]}
+        self.pending = {"op": op, "group": info.name, "seq": record["seq"], "t": record["t"],
+                        **{k: record[k] for k in ("in_numel", "in_dtype", "in_shape")
+                           if k in record}}
         return record, group if group is not None else dist.group.WORLD
 
     def _queue_finite_check(self, op: str, seq: int, tensors: list) -> None:
@@ -258,6 +262,15 @@ class _SameAs:
 
     def __hash__(self):
         return hash(self.__wrapped__)
+
+
+def _unwrap_p2p_ops(ops) -> None:
+    """torch's batch_isend_irecv picks each op's peer keyword with ``op.op is isend``, an
+    identity test our wrapper cannot pass; hand it the originals. The batch itself is
+    recorded once, as batch_isend_irecv."""
+    for p2p_op in ops:
+        if isinstance(getattr(p2p_op, "op", None), _SameAs):
+            p2p_op.op = p2p_op.op.__wrapped__
 
 
 def install(recorder: CollectiveRecorder) -> list[str]:

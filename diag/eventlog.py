@@ -196,6 +196,17 @@ def flush_all() -> None:
             pass
 
 
+def _forget_in_child() -> None:
+    """A forked child (a DataLoader worker) inherits the writers' queues but not their
+    files' ownership: flushing its copy would write the parent's records twice."""
+    for writer in list(_live_writers):
+        writer._closed = True
+        writer._queue.clear()
+    _live_writers.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
 _chained: dict[int, object] = {}
 
 

@@ -233,9 +233,11 @@ class span:
         state.spans.append((self.name, self._wall))
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
         dur = time.monotonic() - self._t0
         state = _state
+        if exc is not None and not state.in_step:  # a step records its own exceptions
+            _record_exception(state, exc, span=self.name)
         try:
             if state.spans and state.spans[-1][0] == self.name:
                 state.spans.pop()
@@ -317,10 +319,11 @@ def _end_step(state: _State, model, grad_every: int, result) -> None:
     state.emit(rec)
 
 
-def _record_exception(state: _State, exc: BaseException) -> None:
+def _record_exception(state: _State, exc: BaseException, span: str | None = None) -> None:
     try:
         state.in_step = False
-        state.emit({"kind": "exception", **state.context(), "type": type(exc).__name__,
+        where = {"span": span} if span else {}
+        state.emit({"kind": "exception", **state.context(), **where, "type": type(exc).__name__,
                     "message": str(exc)[:2000],
                     "traceback": "".join(traceback.format_exception(exc))[-8000:]})
         state.writer.flush()  # the process is likely about to die: do not wait for the tick

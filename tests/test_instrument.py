@@ -164,3 +164,25 @@ def test_rank_feeding_nan_into_a_reduction_is_recorded(run_dir, tmp_path):
         dist.destroy_process_group()
     assert recs[0]["sent_nonfinite"] is None
     assert recs[1]["sent_nonfinite"] == {"op": "all_reduce", "seq": 4}
+
+
+def test_exception_in_a_span_outside_a_step_is_recorded(run_dir):
+    with pytest.raises(TimeoutError):
+        with diag.span("checkpoint"):
+            raise TimeoutError("barrier timed out")
+    (rec,) = records(run_dir, "exception")
+    assert rec["span"] == "checkpoint" and rec["type"] == "TimeoutError"
+
+
+def test_forked_child_does_not_write_the_parents_queue(run_dir):
+    import os
+
+    diag.record("mine", n=1)
+    pid = os.fork()
+    if pid == 0:  # child: a DataLoader worker would be here
+        from diag import eventlog
+
+        eventlog.flush_all()
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert len(records(run_dir, "mine")) == 1

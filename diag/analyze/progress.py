@@ -45,7 +45,8 @@ def _from_record(rank: int, r: dict, path: str, line: int) -> CollOp:
 def _from_pending(rank: int, p: dict, beat: dict) -> CollOp:
     text = f"heartbeat: rank {rank} inside it since t={p.get('t')}"
     return CollOp(rank, str(p.get("group", "")), as_int(p.get("seq")), str(p.get("op")),
-                  None, None, None, None, PENDING, number(p.get("t")),
+                  number(p.get("in_numel")), None, text_or_none(p.get("in_dtype")), None,
+                  PENDING, number(p.get("t")),
                   beat.get("_path", "heartbeat"), None, text)
 
 

@@ -39,7 +39,6 @@ class Pipeline(Mode):
         # the weights the unpipelined model has.
         whole = build_model(cfg.model, cfg.data.seed)
         self.model = self.local_module = cut_stage(whole, self.stage_index, stages).to(env.device)
-        _unwrap_batched_p2p_ops()
         self.stage = PipelineStage(self.model, self.stage_index, stages, env.device,
                                    group=mesh.get_group("pp"))
         _time_chunks(self.stage)
@@ -68,26 +67,6 @@ class Pipeline(Mode):
         flat /= self.dp_size
         for grad, synced in zip(grads, torch._utils._unflatten_dense_tensors(flat, grads)):
             grad.copy_(synced)
-
-
-def _unwrap_batched_p2p_ops() -> None:
-    """Work around diag.collectives wrapping ``dist.isend``/``dist.irecv``: torch 2.13's
-    ``batch_isend_irecv`` picks the peer keyword with ``op.op is isend``, an identity test
-    the wrapper fails, so every mixed send+recv batch (1F1B's steady state) raised
-    "isend() got an unexpected keyword argument 'group_src'". The batch is still
-    recorded once, as batch_isend_irecv; only its parts reach torch unwrapped."""
-    recorded = dist.batch_isend_irecv
-    if getattr(recorded, "_unwraps_p2p_ops", False):
-        return
-
-    @functools.wraps(recorded)
-    def batch_isend_irecv(p2p_op_list):
-        for p2p_op in p2p_op_list:
-            p2p_op.op = getattr(p2p_op.op, "__wrapped__", p2p_op.op)
-        return recorded(p2p_op_list)
-
-    batch_isend_irecv._unwraps_p2p_ops = True
-    dist.batch_isend_irecv = batch_isend_irecv
 
 
 def _time_chunks(stage: PipelineStage) -> None:
