@@ -36,6 +36,7 @@ class CollOp:
     line: int | None
     note: str = ""
     entry: int | None = None  # index into a Flight Recorder dump's entries
+    step: int | None = None  # the training step it was issued in (event logs only)
 
     @property
     def signature(self) -> tuple:

@@ -39,7 +39,8 @@ def _from_record(rank: int, r: dict, path: str, line: int) -> CollOp:
     get = r.get
     return CollOp(rank, str(get("group", "")), as_int(get("seq")), str(get("op")),
                   number(get("in_numel")), number(get("out_numel")), text_or_none(get("in_dtype")),
-                  number(get("group_size")), DONE, number(get("t")), path, line)
+                  number(get("group_size")), DONE, number(get("t")), path, line,
+                  step=as_int(get("step"), -1))
 
 
 def _from_pending(rank: int, p: dict, beat: dict) -> CollOp:

@@ -129,3 +129,19 @@ def steps_of(log: RankLog) -> dict[int, dict]:
 def fr_entries(fr: dict, name: str | None = None) -> list[dict]:
     """Flight Recorder entries, optionally those whose profiling_name ends in ``name``."""
     return [e for e in fr["entries"] if name is None or e["profiling_name"].endswith(name)]
+
+
+def top_finding(run_dir: Path) -> dict | None:
+    """``ddiag analyze``'s first finding on the run directory, as its JSON."""
+    from diag.analyze import analyze
+
+    result = analyze(run_dir)
+    assert result.detector_errors == [], result.detector_errors
+    return result.findings[0].to_json() if result.findings else None
+
+
+def assert_verdict(run: Launch, category: str, ranks: list[int]) -> None:
+    """analyze names the fault's category and the injected rank first."""
+    top = top_finding(run.run_dir)
+    assert top is not None, "analyze found nothing"
+    assert (top["category"], top["culprit"]["ranks"]) == (category, ranks), top["title"]

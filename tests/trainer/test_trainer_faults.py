@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import pytest
 
 from reference_trainer.config import INJECT_ENV
-from tests.trainer.runner import (Launch, assert_no_strays, fr_entries, last_collective,
-                                  launch, steps_of, trainer_cmd)
+from tests.trainer.runner import (Launch, assert_no_strays, assert_verdict, fr_entries,
+                                  last_collective, launch, steps_of, top_finding, trainer_cmd)
 from tests.util import quiet_env
 
 # Short enough that a hang ends in seconds; long enough for a loaded 2-core machine.
@@ -82,6 +82,7 @@ def test_hang_leaves_the_others_ahead(hung):
     assert max(steps_of(logs[1])) == 1
     assert not logs[1].of_kind("exception") and not logs[1].of_kind("close")  # killed, silent
     assert _fr_seq(run, 0) > _fr_seq(run, 1)  # the SIGTERM handler dumped the hung rank
+    assert_verdict(run, "rank_hang", [1])
 
 
 def test_sigusr1_dumps_a_rank_stuck_inside_a_collective(hung):
@@ -115,6 +116,7 @@ def test_crash_is_an_exception_at_its_step(tmp_path):
     assert (crash["step"], crash["type"]) == (2, "IndexError")
     assert not [a for a in logs[1].header["argv"] if "inject" in a or "crash:" in a]
     assert 2 not in steps_of(logs[1]) and run.fr(1)["entries"]
+    assert_verdict(run, "other", [1])
 
 
 def test_nan_shows_first_on_the_rank_that_made_it(tmp_path):
@@ -126,6 +128,7 @@ def test_nan_shows_first_on_the_rank_that_made_it(tmp_path):
         assert all(steps[rank][s]["nonfinite"] for s in (2, 3, 4))  # the all_reduce spreads it
     assert steps[1][2]["loss"] == "nan" and math.isfinite(steps[0][2]["loss"])
     assert steps[1][2]["sent_nonfinite"] and steps[0][2]["sent_nonfinite"] is None
+    assert_verdict(run, "nan_inf", [1])
 
 
 def test_shape_mismatch_is_one_seq_with_two_sizes(tmp_path):
@@ -138,6 +141,7 @@ def test_shape_mismatch_is_one_seq_with_two_sizes(tmp_path):
     fr0, fr1 = fr_entries(run.fr(0))[-1], fr_entries(run.fr(1))[-1]
     assert fr0["collective_seq_id"] == fr1["collective_seq_id"]
     assert (fr0["input_sizes"], fr1["input_sizes"]) == ([[1]], [[2]])
+    assert_verdict(run, "shape_mismatch", [1])
 
 
 def test_extra_collective_is_a_barrier_only_one_rank_enters(tmp_path):
@@ -150,6 +154,7 @@ def test_extra_collective_is_a_barrier_only_one_rank_enters(tmp_path):
     assert "error" in barriers[0][0]  # nobody else came
     assert [s["name"] for s in logs[0].of_kind("span")] == ["checkpoint"]
     assert fr_entries(run.fr(0), "barrier") and not fr_entries(run.fr(1), "barrier")
+    assert_verdict(run, "collective_mismatch", [0])
 
 
 def test_oom_is_the_allocators_error_at_its_step(tmp_path):
@@ -157,6 +162,7 @@ def test_oom_is_the_allocators_error_at_its_step(tmp_path):
     _failed(run)
     (oom,) = run.logs()[1].of_kind("exception")
     assert oom["step"] == 2 and "DefaultCPUAllocator: can't allocate memory" in oom["message"]
+    assert_verdict(run, "oom", [1])
 
 
 def _median_phase(log, phase: str, steps: range) -> float:
@@ -190,3 +196,18 @@ def test_stuck_run_is_cleaned_up_when_its_launcher_is_killed(tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert_no_strays(run_dir, wait_s=45)
+
+
+@pytest.mark.parametrize("fault, kind", [("slow_compute", "compute"), ("slow_data", "data loading")])
+def test_analyze_names_the_straggler_and_its_kind(tmp_path, fault, kind):
+    run = launch(2, tmp_path / "run", "--steps", "12", "--inject", f"{fault}:rank=1:arg=0.2")
+    assert run.returncode == 0, run.why()
+    assert_verdict(run, "straggler", [1])
+    assert top_finding(run.run_dir)["details"]["kind"] == kind
+
+
+def test_healthy_run_has_no_finding_above_info(tmp_path):
+    run = launch(2, tmp_path / "run", "--steps", "12")
+    assert run.returncode == 0, run.why()
+    top = top_finding(run.run_dir)
+    assert top is None or top["severity"] == "info", top

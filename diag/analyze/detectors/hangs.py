@@ -30,12 +30,13 @@ def _hang_in_group(inputs: Inputs, source: str, group: str,
     last = {r: max(ranks.get(r, {0: None})) for r in members}
     top = max(last.values())
     laggards = sorted(r for r in members if last[r] < top)
-    finished = closed_ranks(inputs) if source == "events" else set()
-    # Ahead and not finished: inside the collective, or (DDP, NCCL) past an async launch
-    # and blocked in its wait.
+    raised = exception_ranks(inputs)
+    finished = closed_ranks(inputs) - raised if source == "events" else set()
+    # Ahead and not finished cleanly: inside the collective, past an async launch and
+    # blocked in its wait (DDP, NCCL), or timed out there and raised.
     waiting = sorted(r for r in members if last[r] == top and (
         _pending(ranks.get(r, {}), last[r]) or (source == "events" and r not in finished)))
-    if not laggards or not waiting or set(laggards) & exception_ranks(inputs):
+    if not laggards or not waiting or set(laggards) & raised:
         return []  # nobody is stuck, or a crash explains it (failures detector)
     if set(laggards) <= finished:
         return [_waiting_alone(group, waiting, ranks, laggards)]

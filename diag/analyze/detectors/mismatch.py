@@ -64,7 +64,8 @@ def _first_difference(ranks: dict[int, dict[int, CollOp]], seqs: list[int], key)
 
 
 def _op_mismatch(group, seq, rows, ranks, source) -> Finding:
-    culprits = _minority(rows, lambda row: row.op) or _extra_collective(seq, ranks)
+    culprits = (_minority(rows, lambda row: row.op) or _extra_collective(seq, ranks)
+                or _novel_op(seq, rows, ranks))
     seen = ", ".join(f"rank {r}: {rows[r].op}" for r in sorted(rows))
     extra = " (an extra collective on that rank only)" if culprits else ""
     return Finding(
@@ -118,6 +119,16 @@ def _extra_collective(seq: int, ranks: dict[int, dict[int, CollOp]]) -> list[int
         if all(_prefix_equal(ops(r, seq + 1), ops(o, seq)) for o in others):
             out.append(r)
     return sorted(out) if len(out) < len(ranks) else []
+
+
+def _novel_op(seq: int, rows: dict[int, CollOp], ranks: dict[int, dict[int, CollOp]]
+              ) -> list[int]:
+    """When nothing follows the divergence (the job died there), the extra collective is
+    the one no rank issued anywhere else in the run, like a lone checkpoint barrier
+    among the steps' all_reduces."""
+    history = Counter(row.op for seqs in ranks.values() for s, row in seqs.items() if s != seq)
+    novel = [r for r, row in rows.items() if history[row.op] == 0]
+    return sorted(novel) if len(novel) < len(rows) else []
 
 
 def _prefix_equal(a: list, b: list) -> bool:

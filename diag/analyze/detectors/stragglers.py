@@ -17,7 +17,7 @@ from diag.analyze.progress import DONE, groups_of
 from diag.analyze.types import Category, Culprit, Evidence, Finding, Severity
 
 WARMUP_SEQS = 3
-MIN_SEQS = 5
+MIN_STEPS = 5
 MIN_SCORE = 0.15      # lateness as a fraction of the step time
 MIN_LATENESS_S = 0.005
 
@@ -27,32 +27,36 @@ def detect(inputs: Inputs) -> list[Finding]:
     step_s = _median_step_s(inputs)
     if not late or not step_s:
         return []
-    baseline = statistics.median(late.values())
+    # The lower median: with two ranks the plain median is halfway to the straggler.
+    baseline = statistics.median_low(late.values())
     slow = {r: v - baseline for r, v in late.items()
             if v - baseline >= max(MIN_SCORE * step_s, MIN_LATENESS_S)}
     return [_finding(inputs, r, extra, step_s) for r, extra in sorted(slow.items())]
 
 
 def _lateness(inputs: Inputs) -> dict[int, float]:
-    """rank -> median seconds behind the first arrival, over the world group's
-    collectives that every rank finished."""
+    """rank -> median over steps of how far behind the first arrival it reached the
+    world group's collectives. Per step the worst of its collectives counts: a step's
+    later collectives follow a sync and show nobody late."""
     groups = groups_of(inputs, "events")
     if not groups:
         return {}
-    group = max(groups, key=lambda g: len(groups[g]))
-    ranks = groups[group]
+    ranks = groups[max(groups, key=lambda g: len(groups[g]))]
     if len(ranks) < 2:
         return {}
-    seqs = sorted(set.intersection(*(set(s) for s in ranks.values())))[WARMUP_SEQS:]
-    delays: dict[int, list[float]] = {r: [] for r in ranks}
-    for seq in seqs:
+    per_step: dict[int, dict[int, float]] = {}
+    for seq in sorted(set.intersection(*(set(s) for s in ranks.values())))[WARMUP_SEQS:]:
         rows = {r: ranks[r][seq] for r in ranks}
         if any(row.state != DONE or row.t is None for row in rows.values()):
             continue
         first = min(row.t for row in rows.values())
+        step = per_step.setdefault(next(iter(rows.values())).step, {})
         for r, row in rows.items():
-            delays[r].append(row.t - first)
-    return {r: statistics.median(d) for r, d in delays.items() if len(d) >= MIN_SEQS}
+            step[r] = max(step.get(r, 0.0), row.t - first)
+    delays = [d for d in per_step.values() if len(d) == len(ranks)]
+    if len(delays) < MIN_STEPS:
+        return {}
+    return {r: statistics.median(d[r] for d in delays) for r in ranks}
 
 
 def _median_step_s(inputs: Inputs) -> float | None:
