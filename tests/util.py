@@ -39,7 +39,11 @@ def run(cmd: list[str], timeout: float = 120, **kw) -> subprocess.CompletedProce
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, 9)
         out, err = proc.communicate()
-        raise AssertionError(f"timed out after {timeout}s: {cmd}\n{out}\n{err}")
+        raise AssertionError(f"timed out after {timeout}s: {cmd}\n{out[-3000:]}\n{err[-3000:]}")
+    except BaseException:  # Ctrl-C, SIGTERM: srun ignores SIGTERM once its lab is gone
+        os.killpg(proc.pid, 9)
+        proc.wait()
+        raise
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.util import run
+
 BIN = Path(sys.executable).parent
 TORCHRUN = BIN / "torchrun"
 SESSION_LAB = "ddiag-test"
@@ -19,24 +21,6 @@ SLOW_NODE, SLOW_RATE, SLOW_MBIT = "node4", "200mbit", 200.0
 def ddiag_argv() -> list[str]:
     script = BIN / "ddiag"
     return [str(script)] if script.exists() else [sys.executable, "-m", "diag.cli"]
-
-
-def run(argv: list[str], timeout: float = 60, env: dict | None = None
-        ) -> subprocess.CompletedProcess:
-    """Run to completion; a timeout kills the whole process group, never leaves orphans."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, env=env)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
-        out, err = proc.communicate()
-        raise AssertionError(f"timed out after {timeout}s: {argv}\n{out[-3000:]}\n{err[-3000:]}")
-    except BaseException:  # Ctrl-C, SIGTERM: srun ignores SIGTERM once its lab is gone
-        os.killpg(proc.pid, 9)
-        proc.wait()
-        raise
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def lab_cli(*args: str, timeout: float = 90) -> subprocess.CompletedProcess:
