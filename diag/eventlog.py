@@ -43,12 +43,32 @@ def _finite(value):
     return value
 
 
-def encode(record: dict) -> bytes:
+def _json_encode(record: dict) -> bytes:
     try:
         text = json.dumps(record, separators=(",", ":"), allow_nan=False, default=str)
     except ValueError:
         text = json.dumps(_finite(record), separators=(",", ":"), default=str)
-    return (text + "\n").encode()
+    return text.encode()
+
+
+try:  # serialising is most of the writer thread's work; orjson does it ~10x faster
+    import orjson
+
+    def _fast_encode(record: dict) -> bytes:
+        # orjson writes NaN/Infinity as null; keep them, as strings, where they occur
+        # (a loss or gradient norm: top-level floats of a record).
+        if any(type(v) is float and not math.isfinite(v) for v in record.values()):
+            record = _finite(record)
+        return orjson.dumps(record, default=str)
+except ImportError:  # pragma: no cover - orjson is a dependency
+    _fast_encode = _json_encode
+
+
+def encode(record: dict) -> bytes:
+    try:
+        return _fast_encode(record) + b"\n"
+    except (TypeError, ValueError):  # e.g. non-str keys orjson refuses
+        return _json_encode(record) + b"\n"
 
 
 class EventWriter:
