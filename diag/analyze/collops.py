@@ -73,7 +73,40 @@ def fr_ops(entries: list, rank: int, path: str) -> list[CollOp]:
             if isinstance(e, dict) and not e.get("is_p2p")]
 
 
+# Ops whose output size is checked against their input (see detectors.mismatch).
+SIZE_RULED_OPS = frozenset({"all_gather_into_tensor", "all_gather_single", "_allgather_base",
+                            "allgather_into_tensor_coalesced", "reduce_scatter_tensor",
+                            "reduce_scatter_single", "_reduce_scatter_base"})
+_op_names: dict[str, str] = {}
+
+
 def from_fr_entry(rank: int, e: dict, path: str, index: int) -> CollOp:
+    """Fast path for entries shaped as torch writes them; anything else goes through the
+    checked path, which tolerates every field being missing or of the wrong type."""
+    try:
+        return _well_formed_entry(rank, e, path, index)
+    except (KeyError, TypeError, IndexError, ValueError, AttributeError):
+        return _checked_entry(rank, e, path, index)
+
+
+def _well_formed_entry(rank: int, e: dict, path: str, index: int) -> CollOp:
+    name = e["profiling_name"]
+    op = _op_names.get(name)
+    if op is None:
+        op = _op_names.setdefault(name, sys.intern(str(name).split(":", 1)[-1]))
+    seq, created, sizes = e["collective_seq_id"], e["time_created_ns"], e["input_sizes"]
+    numel = math.prod(sizes[0]) if len(sizes) == 1 else sum(map(math.prod, sizes))
+    if type(seq) is not int or type(numel) is not int or type(created) is not int:
+        raise TypeError("not as torch writes it")
+    dtypes = e["input_dtypes"]
+    done = e["state"] == "completed" or e["retired"] is True
+    return CollOp(rank, str(e["process_group"][0]), seq, op, numel,
+                  _numel(e.get("output_sizes")) if op in SIZE_RULED_OPS else None,
+                  str(dtypes[0]) if dtypes else None, None, DONE if done else PENDING,
+                  created / 1e9, path, None, entry=index)
+
+
+def _checked_entry(rank: int, e: dict, path: str, index: int) -> CollOp:
     name = str(e.get("profiling_name", "?"))
     op = sys.intern(name.split(":", 1)[-1])
     pg = e.get("process_group")

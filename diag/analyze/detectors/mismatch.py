@@ -13,12 +13,13 @@ from collections import Counter
 from operator import attrgetter
 
 from diag.analyze.inputs import Inputs
+from diag.analyze.collops import SIZE_RULED_OPS
 from diag.analyze.progress import CollOp, groups_of
 from diag.analyze.types import Category, Culprit, Finding, Severity
 
-GATHER_OPS = {"all_gather_into_tensor", "all_gather_single", "_allgather_base", "allgather_into_tensor_coalesced"}
 SCATTER_OPS = {"reduce_scatter_tensor", "reduce_scatter_single", "_reduce_scatter_base"}
-RULED_OPS = GATHER_OPS | SCATTER_OPS
+GATHER_OPS = SIZE_RULED_OPS - SCATTER_OPS
+RULED_OPS = SIZE_RULED_OPS
 
 
 def detect(inputs: Inputs) -> list[Finding]:
