@@ -146,6 +146,20 @@ def test_cli_and_analysis_never_import_torch(args):
     assert "ddiag" in res.stdout or "Usage" in res.stdout
 
 
+def test_analyze_runs_without_torch(tmp_path):
+    from tests.analyze.test_detectors import healthy
+
+    for w in healthy(tmp_path / "run", steps=20, late={1: 0.03}):
+        w.close().write()
+    (tmp_path / "run" / "nccl.log").write_text(
+        "node1:11:11 [0] NCCL INFO NET/IB : No device found.\n")
+    res = subprocess.run([sys.executable, "-c", NO_TORCH, "analyze", str(tmp_path / "run"),
+                          "--json", "--html", str(tmp_path / "r.html"), "--trace",
+                          str(tmp_path / "t.json")], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1, res.stderr  # findings, and no ImportError on the way
+    assert '"straggler"' in res.stdout and (tmp_path / "r.html").exists()
+
+
 def test_rank_feeding_nan_into_a_reduction_is_recorded(run_dir, tmp_path):
     store = dist.FileStore(str(tmp_path / "store"), 1)
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
