@@ -64,6 +64,8 @@ class _State:
         self.in_step = False
         self.step_started: float | None = None
         self.last_step_end: float | None = None
+        self._t0 = 0.0  # monotonic start of the current step
+        self._args: list[dict] = []  # tensor arguments of the current step
         self.phases: dict[str, float] = {}
         self.pending_phases: dict[str, float] = {}
         self.spans: list[tuple[str, float]] = []
