@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 from diag.watch import RankBeat, Watcher
 from tests.util import REPO, pids_alive, quiet_env, run, torchrun_cmd
@@ -58,6 +56,20 @@ def test_a_silent_heartbeat_is_a_dead_rank():
     assert alarm.dead == (1,) and alarm.laggards == (1,)
 
 
+def assert_named_within_10s(res, out, rank: int) -> dict:
+    """The watch result names ``rank``, its blocking frame in the user's code, and was
+    raised within 10 s of the rank entering the blocking span; returns the result."""
+    assert res.returncode == 1, res.stderr[-2000:]
+    doc = json.loads(res.stdout)
+    assert doc["alarm"]["laggards"] == [rank]
+    verdict = doc["verdict"]
+    assert verdict["category"] == "rank_hang" and verdict["culprit"]["ranks"] == [rank]
+    assert "hang_ddp.py:" in verdict["title"]
+    beat = json.loads((out / "heartbeat" / f"rank{rank:05d}.json").read_text())
+    assert doc["alarm"]["detected_at"] - beat["span"]["since"] <= 10.0
+    return doc
+
+
 def test_watch_names_the_hung_rank_and_its_frame_within_10s_and_ends_the_job(tmp_path):
     out = tmp_path / "run"
     job = subprocess.Popen(torchrun_cmd(2, HANG, "--out", str(out), "--hang-rank", "1",
@@ -71,14 +83,7 @@ def test_watch_names_the_hung_rank_and_its_frame_within_10s_and_ends_the_job(tmp
     finally:
         if job.poll() is None:
             job.kill()
-    assert res.returncode == 1, res.stderr[-2000:]
-    doc = json.loads(res.stdout)
-    assert doc["alarm"]["laggards"] == [1]
-    verdict = doc["verdict"]
-    assert verdict["category"] == "rank_hang" and verdict["culprit"]["ranks"] == [1]
-    assert "hang_ddp.py:" in verdict["title"]  # the blocking frame in the user's code
-    onset = json.loads((out / "heartbeat" / "rank00001.json").read_text())["span"]["since"]
-    assert doc["alarm"]["detected_at"] - onset <= 10.0
+    doc = assert_named_within_10s(res, out, rank=1)
     pids = [json.loads(p.read_text())["pid"] for p in (out / "heartbeat").glob("*.json")]
     assert pids_alive(pids) == []
     assert {c["rank"] for c in doc["captures"] if c["path"]} == {0, 1}

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
 import pytest
 
 from tests.lab.labutil import SESSION_LAB, TORCHRUN, lab_env, run
+from tests.test_watch import assert_named_within_10s
 from tests.util import REPO, free_port
 
 HANG = REPO / "tests" / "programs" / "hang_ddp.py"
@@ -42,14 +42,8 @@ def test_watch_names_the_hung_rank_on_another_node_with_its_stack(session_lab, t
     finally:
         if job.poll() is None:
             job.kill()
-    assert res.returncode == 1, res.stderr[-2000:]
-    doc = json.loads(res.stdout)
-    assert doc["alarm"]["laggards"] == [1]
-    assert doc["verdict"]["culprit"]["ranks"] == [1]
+    doc = assert_named_within_10s(res, out, rank=1)
     assert doc["verdict"]["culprit"]["hosts"] == ["node2"]
-    assert "hang_ddp.py:" in doc["verdict"]["title"]
     assert {c["rank"] for c in doc["captures"] if c["path"]} == {0, 1}  # via srun --overlap
-    onset = json.loads((out / "heartbeat" / "rank00001.json").read_text())["span"]["since"]
-    assert doc["alarm"]["detected_at"] - onset <= 10.0
     left = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout
     assert left.strip() == ""
