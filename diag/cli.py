@@ -157,8 +157,7 @@ def scale_test(stages, mode, launcher, nproc_per_node, steps, batch, strong, inj
         emit_json(result.to_json())
     else:
         render_scale_test(result)
-    sys.exit(0 if all(r.status == "ok" for r in result.stages) and result.cliff_stage is None
-             and not result.interrupted else 1)
+    sys.exit(0 if result.healthy else 1)
 
 
 def _write_reports(result, html_out: Path | None, trace_out: Path | None) -> None:

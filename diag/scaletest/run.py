@@ -28,6 +28,13 @@ class ScaleTestResult:
     interrupted: bool = False
     seconds: float = 0.0
 
+    @property
+    def healthy(self) -> bool:
+        """Every stage passed, no cliff, and no finding above info anywhere."""
+        return (all(r.status == "ok" for r in self.stages) and self.cliff_stage is None
+                and not self.interrupted and not any(
+                    f.get("severity") != "info" for fs in self.findings.values() for f in fs))
+
     def to_json(self) -> dict:
         cfg = self.config
         return {
@@ -35,6 +42,7 @@ class ScaleTestResult:
             "launcher": cfg.launcher, "stages": list(cfg.stages), "steps": cfg.steps,
             "scaling": "strong" if cfg.strong else "weak", "verdict": self.verdict,
             "cliff_stage": self.cliff_stage, "interrupted": self.interrupted,
+            "healthy": self.healthy,
             "seconds": round(self.seconds, 1),
             "results": [_stage_json(run, m, e, self.findings.get(run.stage))
                         for run, m, e in zip(self.stages, self.metrics, self.efficiency)],
@@ -134,11 +142,10 @@ def conclude(result: ScaleTestResult, status: Callable[[str], None]) -> None:
     cfg = result.config
     result.efficiency = efficiencies(result.metrics)
     result.cliff_stage = _cliff(result, cfg)
-    for run in result.stages:
-        if run.status != "ok" or run.stage == result.cliff_stage:
-            status(f"stage {run.stage}: analyzing")
-            found = analyze(run.run_dir)
-            result.findings[run.stage] = [f.to_json() for f in found.findings[:3]]
+    for run in result.stages:  # small run dirs: seconds each, and a straggler or slow
+        status(f"stage {run.stage}: analyzing")  # link shows before any cliff does
+        found = analyze(run.run_dir)
+        result.findings[run.stage] = [f.to_json() for f in found.findings[:3]]
     result.verdict = verdict(result)
     (cfg.out / "scale-test.json").write_text(json.dumps(result.to_json(), indent=2, default=str))
 
@@ -155,8 +162,10 @@ def verdict(result: ScaleTestResult) -> str:
         return f"stage {r.stage} {r.status}: {_top(result, r.stage) or r.reason}"
     if result.cliff_stage is None:
         effs = [e for e in result.efficiency if e is not None]
-        return (f"no cliff: efficiency stays at or above {min(effs):.2f} up to "
+        found = next(((r.stage, t) for r in result.stages if (t := _top(result, r.stage))), None)
+        base = (f"no cliff: efficiency stays at or above {min(effs):.2f} up to "
                 f"{result.stages[-1].world_size} ranks" if effs else "no stage was measured")
+        return base + (f"; but stage {found[0]}: {found[1]}" if found else "")
     i = [r.stage for r in result.stages].index(result.cliff_stage)
     before, after = result.efficiency[i - 1], result.efficiency[i]
     why = _top(result, result.cliff_stage) or "no finding explains it"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -130,13 +131,24 @@ def _tail(text: str, n: int = 400) -> str:
     return " ".join(text.strip().splitlines()[-3:])[-n:]
 
 
+def injections_for(specs: tuple[str, ...], world_size: int) -> list[str]:
+    """The --inject specs whose rank exists at this stage's world size (a fault on rank 5
+    applies from the stage with 6 ranks on)."""
+    keep = []
+    for spec in specs:
+        match = re.search(r"(?:^|:)rank=(\d+)", spec)
+        if match is None or int(match.group(1)) < world_size:
+            keep.append(spec)
+    return keep
+
+
 def trainer_cmd(cfg: ScaleTestConfig, stage: int, run_dir: Path) -> list[str]:
     args = ["-m", "reference_trainer", "--mode", cfg.mode, "--steps", str(cfg.steps),
             "--batch", str(cfg.per_rank_batch(stage)), "--out", str(run_dir), "--json",
             "--timeout-s", str(int(min(cfg.stage_timeout_s, 600))), *cfg.trainer_args]
     if cfg.mode == "pipeline":
         args += ["--pp", "2"]
-    for spec in cfg.inject:
+    for spec in injections_for(cfg.inject, cfg.world_size(stage)):
         args += ["--inject", spec]
     if cfg.launcher == "local":
         return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={stage}",

@@ -80,3 +80,11 @@ def test_refuses_to_overwrite_a_run(tmp_path):
     res = run([sys.executable, "-m", "diag.cli", "scale-test", "--out", str(tmp_path)], timeout=60)
     assert res.returncode == 2 and "never overwrites" in res.stderr
     assert (tmp_path / "keep.txt").read_text() == "mine"
+
+
+def test_a_fault_applies_from_the_stage_where_its_rank_exists():
+    from diag.scaletest.stage import injections_for
+
+    specs = ("slow_compute:rank=3:arg=0.2", "hang:rank=1:step=4")
+    assert injections_for(specs, 2) == ["hang:rank=1:step=4"]
+    assert injections_for(specs, 4) == list(specs)
