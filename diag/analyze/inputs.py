@@ -23,7 +23,8 @@ from diag.events import Problem, RankLog, read_events
 SNIFF_BYTES = 4096
 MAX_JSON_BYTES = 512 * 2**20
 MAX_TEXT_BYTES = 256 * 2**20
-_RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+# Per-rank files: rank3.log, rank00003.json, nccl_trace_rank_3.
+RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 
 
 @dataclass
@@ -227,7 +228,7 @@ def fr_rank(file: Path, doc: dict) -> int | None:
     carry the global rank, so the name (or ``rank`` field if present) is all we have."""
     if isinstance(doc.get("rank"), int):
         return doc["rank"]
-    match = _RANK_IN_NAME.search(file.name) or re.search(r"(\d+)(?:\.\w+)?$", file.name)
+    match = RANK_IN_NAME.search(file.name) or re.search(r"(\d+)(?:\.\w+)?$", file.name)
     return int(match.group(1)) if match else None
 
 

@@ -11,7 +11,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -42,12 +41,6 @@ class StageRun:
     hang: dict | None = None
     status: str = "ok"
     reason: str = ""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def ddiag_cmd(*args: str) -> list[str]:
@@ -142,31 +135,25 @@ def injections_for(specs: tuple[str, ...], world_size: int) -> list[str]:
     return keep
 
 
-def trainer_cmd(cfg: ScaleTestConfig, stage: int, run_dir: Path) -> list[str]:
-    args = ["-m", "reference_trainer", "--mode", cfg.mode, "--steps", str(cfg.steps),
+def trainer_cmd(cfg: ScaleTestConfig, stage: int, run_dir: Path
+                ) -> tuple[list[str], dict[str, str]]:
+    """The trainer launched the way check-env and the probes launch their ranks
+    (probes.launch: torchrun here, or srun with one torchrun per node)."""
+    from probes.launch import LaunchSpec, command
+
+    args = ["--mode", cfg.mode, "--steps", str(cfg.steps),
             "--batch", str(cfg.per_rank_batch(stage)), "--out", str(run_dir), "--json",
             "--timeout-s", str(int(min(cfg.stage_timeout_s, 600))), *cfg.trainer_args]
     if cfg.mode == "pipeline":
         args += ["--pp", "2"]
     for spec in injections_for(cfg.inject, cfg.world_size(stage)):
         args += ["--inject", spec]
-    if cfg.launcher == "local":
-        return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={stage}",
-                "--master-addr=127.0.0.1", f"--master-port={free_port()}", *args]
-    return slurm_trainer_cmd(cfg, stage, args)
-
-
-def slurm_trainer_cmd(cfg: ScaleTestConfig, stage: int, args: list[str]) -> list[str]:
-    """One torchrun per node under srun; the first node of the allocation is the
-    rendezvous address (static rendezvous: every node knows its rank from Slurm)."""
-    port = free_port()
-    node_cmd = (f"exec {sys.executable} -m torch.distributed.run --nnodes {stage} "
-                f"--nproc-per-node {cfg.nproc_per_node} --node-rank $SLURM_NODEID "
-                f"--master-addr $(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1 | "
-                f"xargs -I{{}} getent hosts {{}} | awk '{{print $1}}' | head -n1) "
-                f"--master-port {port} " + " ".join(args))
-    return ["srun", f"-N{stage}", f"--ntasks={stage}", "--ntasks-per-node=1",
-            "bash", "-c", node_cmd]
+    local = cfg.launcher == "local"
+    launch = LaunchSpec(cfg.launcher, nodes=1 if local else stage,
+                        nproc_per_node=stage if local else cfg.nproc_per_node,
+                        timeout_s=cfg.stage_timeout_s)
+    argv, env = command(launch, "reference_trainer", args)
+    return argv, {**env, **_env()}
 
 
 def run_trainer(cfg: ScaleTestConfig, stage: int, run_dir: Path,
@@ -177,7 +164,8 @@ def run_trainer(cfg: ScaleTestConfig, stage: int, run_dir: Path,
     start = time.monotonic()
     log_dir = run_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen(trainer_cmd(cfg, stage, run_dir), env=_env(), text=True,
+    argv, env = trainer_cmd(cfg, stage, run_dir)
+    proc = subprocess.Popen(argv, env=env, text=True,
                             stdout=open(log_dir / "trainer.out", "w"),
                             stderr=open(log_dir / "trainer.err", "w"), start_new_session=True)
     hang: dict = {}

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import re
-
-from diag.analyze.inputs import Inputs
+from diag.analyze.inputs import RANK_IN_NAME, Inputs
 from diag.analyze.types import Evidence
-
-_RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 
 
 def exception_ranks(inputs: Inputs) -> set[int]:
@@ -29,7 +25,7 @@ def stack_evidence(inputs: Inputs, rank: int, frames: int = 4) -> list[Evidence]
     pid = pids_by_rank(inputs).get(rank)
     for doc in inputs.docs_of("pyspy"):
         threads = doc.doc if isinstance(doc.doc, list) else [doc.doc]
-        match = _RANK_IN_NAME.search(doc.path.rsplit("/", 1)[-1])
+        match = RANK_IN_NAME.search(doc.path.rsplit("/", 1)[-1])
         if not ((match and int(match.group(1)) == rank) or
                 (pid is not None and any(t.get("pid") == pid for t in threads))):
             continue
