@@ -128,15 +128,22 @@ def watch(run_dir: Path, stall_s: float, kill: bool, timeout_s: float | None,
               help="Seconds without progress before the watcher calls a hang.")
 @click.option("--keep-going", is_flag=True, help="Run later stages after a stage fails.")
 @click.option("--no-probes", is_flag=True, help="Skip the collective/compute/link probes.")
+@click.option("--env-on", multiple=True, metavar="NODE:VAR=VALUE",
+              help="Set VAR on one node for every launch, to rehearse a misconfiguration "
+                   "(repeatable).")
+@click.option("--master-port", type=int, default=None,
+              help="Rendezvous port for every launch (default: a free one each time).")
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Run directory (default: a new runs/scale-test-<time>).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 def scale_test(stages, mode, launcher, nproc_per_node, steps, batch, strong, inject,
-               stage_timeout, stall, keep_going, no_probes, out, as_json) -> None:
+               stage_timeout, stall, keep_going, no_probes, env_on, master_port, out,
+               as_json) -> None:
     """Run the reference trainer at 1 -> 2 -> 4 -> N and explain where scaling breaks."""
     from diag.render import render_scale_test
     from diag.scaletest.config import ScaleTestConfig, default_stages
     from diag.scaletest.run import scale_test as run_scale_test
+    from probes.launch import LaunchError, parse_env_on
 
     out = out or Path("runs") / time.strftime("scale-test-%Y%m%d-%H%M%S")
     if out.exists() and any(out.iterdir()):
@@ -146,8 +153,10 @@ def scale_test(stages, mode, launcher, nproc_per_node, steps, batch, strong, inj
         cfg = ScaleTestConfig(out=out, stages=parsed, mode=mode, launcher=launcher,
                               nproc_per_node=nproc_per_node, steps=steps, batch=batch,
                               strong=strong, inject=tuple(inject), stage_timeout_s=stage_timeout,
-                              stall_s=stall, keep_going=keep_going, probes=not no_probes)
-    except ValueError as exc:
+                              stall_s=stall, keep_going=keep_going, probes=not no_probes,
+                              env_on=tuple(env_on), master_port=master_port)
+        parse_env_on(cfg.env_on)
+    except (ValueError, LaunchError) as exc:
         fail(str(exc).replace("invalid literal for int() with base 10",
                               f"--stages must be integers like 1,2,4, got {stages!r}"))
     out.mkdir(parents=True, exist_ok=True)

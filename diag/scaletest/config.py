@@ -50,6 +50,10 @@ class ScaleTestConfig:
     """Run the later stages after a stage fails."""
     inject: tuple[str, ...] = ()
     """Trainer --inject specs, applied to every stage."""
+    env_on: tuple[str, ...] = ()
+    """NODE:VAR=VALUE: set VAR on that node for every step of every stage (rehearsal)."""
+    master_port: int | None = None
+    """Rendezvous port for every launch (default: a fresh one per launch)."""
     probes: bool = True
     check_env: bool = True
     trainer_args: tuple[str, ...] = field(default_factory=tuple)

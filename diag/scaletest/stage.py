@@ -48,10 +48,13 @@ def ddiag_cmd(*args: str) -> list[str]:
 
 
 def launch_args(cfg: ScaleTestConfig, stage: int) -> list[str]:
+    extra = [a for spec in cfg.env_on for a in ("--env-on", spec)]
+    if cfg.master_port:
+        extra += ["--master-port", str(cfg.master_port)]
     if cfg.launcher == "local":
-        return ["--launcher", "local", "--nproc-per-node", str(stage)]
+        return ["--launcher", "local", "--nproc-per-node", str(stage), *extra]
     return ["--launcher", "slurm", "--nodes", str(stage),
-            "--nproc-per-node", str(cfg.nproc_per_node)]
+            "--nproc-per-node", str(cfg.nproc_per_node), *extra]
 
 
 def run_tool(name: str, cmd: list[str], timeout: float, log_dir: Path) -> StepOutcome:
@@ -139,7 +142,7 @@ def trainer_cmd(cfg: ScaleTestConfig, stage: int, run_dir: Path
                 ) -> tuple[list[str], dict[str, str]]:
     """The trainer launched the way check-env and the probes launch their ranks
     (probes.launch: torchrun here, or srun with one torchrun per node)."""
-    from probes.launch import LaunchSpec, command
+    from probes.launch import LaunchSpec, command, parse_env_on
 
     args = ["--mode", cfg.mode, "--steps", str(cfg.steps),
             "--batch", str(cfg.per_rank_batch(stage)), "--out", str(run_dir), "--json",
@@ -151,6 +154,7 @@ def trainer_cmd(cfg: ScaleTestConfig, stage: int, run_dir: Path
     local = cfg.launcher == "local"
     launch = LaunchSpec(cfg.launcher, nodes=1 if local else stage,
                         nproc_per_node=stage if local else cfg.nproc_per_node,
+                        env_on=parse_env_on(cfg.env_on), master_port=cfg.master_port,
                         timeout_s=cfg.stage_timeout_s)
     argv, env = command(launch, "reference_trainer", args)
     return argv, {**env, **_env()}
