@@ -7,7 +7,7 @@ set -euo pipefail
 declare -A needed=(
     [slurmctld]=slurm-wlm [slurmd]=slurm-wlm [srun]=slurm-wlm [sinfo]=slurm-wlm
     [munged]=munge [ip]=iproute2 [tc]=iproute2
-    [nsenter]=util-linux [unshare]=util-linux [runuser]=util-linux
+    [nsenter]=util-linux [unshare]=util-linux [runuser]=util-linux [iptables]=iptables
 )
 missing=()
 for cmd in "${!needed[@]}"; do

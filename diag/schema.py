@@ -14,6 +14,7 @@ WATCH = "ddiag.watch"
 SCALE_TEST = "ddiag.scale_test"
 ENV_SNAPSHOT = "ddiag.env_snapshot"
 CHECK_ENV = "ddiag.check_env"
+RENDEZVOUS = "ddiag.rendezvous"
 PROBE_LINKS = "ddiag.probe_links"
 PROBE_COLLECTIVES = "ddiag.probe_collectives"
 PROBE_COMPUTE = "ddiag.probe_compute"
@@ -28,6 +29,7 @@ VERSIONS: dict[str, int] = {
     SCALE_TEST: 1,
     ENV_SNAPSHOT: 1,
     CHECK_ENV: 1,
+    RENDEZVOUS: 1,
     PROBE_LINKS: 1,
     PROBE_COLLECTIVES: 1,
     PROBE_COMPUTE: 1,

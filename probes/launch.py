@@ -176,9 +176,15 @@ def local_command(spec: LaunchSpec, module: str, args: Sequence[str]
     return argv + ["-m", module, *args], env
 
 
+def random_port() -> int:
+    """A rendezvous port for a multi-node launch (a free local port says nothing about
+    the first node's)."""
+    return random.randint(20000, 39999)
+
+
 def slurm_command(spec: LaunchSpec, module: str, args: Sequence[str]) -> list[str]:
     """srun, one task per node, each exec-ing torchrun; rank 0's node hosts the store."""
-    port = spec.master_port or random.randint(20000, 39999)
+    port = spec.master_port or random_port()
     torchrun = " ".join(shlex.quote(a) for a in torchrun_args(spec.nodes, spec.nproc_per_node,
                                                               port))
     exports = "".join(f'if [ "$SLURMD_NODENAME" = {shlex.quote(node)} ]; then export '

@@ -7,17 +7,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
 import uuid
 from pathlib import Path
 
+from diag.checkenv import rendezvous
 from diag.checkenv.gather import check_here, run_rank, wait_for_snapshots
 from diag.checkenv.report import Report, build_report
 from diag.checkenv.snapshot import read_snapshots, snapshot_from_json
 from diag.rundir import launcher_run_id
-from probes.launch import GROUP_TIMEOUT_S, JobEnv, LaunchSpec, run_job
+from probes.launch import GROUP_TIMEOUT_S, JobEnv, LaunchSpec, random_port, run_job
 
 
 def default_out(job: JobEnv | None = None) -> Path:
@@ -33,6 +35,7 @@ def default_out(job: JobEnv | None = None) -> Path:
 
 
 def save(report: Report, out: Path) -> Report:
+    out.mkdir(parents=True, exist_ok=True)
     (out / "check_env.json").write_text(json.dumps(report.to_json(), indent=1) + "\n")
     return report
 
@@ -66,12 +69,28 @@ def check_launched(spec: LaunchSpec, out: Path, timeout_s: float = GROUP_TIMEOUT
     """Start the ranks, wait, merge their snapshot files. Returns the report and the
     launcher's stderr tail (for when ranks are missing)."""
     out, launch = out.resolve(), uuid.uuid4().hex
+    world = spec.nodes * spec.nproc_per_node
+    spec, pre = _rendezvous_preflight(spec, out)
+    if pre is not None and rendezvous.blocking(pre):
+        report = build_report([], world, run_dir=str(out), mode=spec.launcher, launch=(
+            rendezvous.check_rendezvous(pre)), problems=[
+            "ranks not launched: torchrun's agents could not meet at the rendezvous"])
+        return save(report, out), pre.get("error") or ""
     job = run_job(spec, "diag.checkenv.gather", ["--out", str(out), "--group-timeout",
                                                  str(timeout_s), "--launch-id", launch])
     snaps, problems = read_snapshots(out / "env", launch)
-    world = spec.nodes * spec.nproc_per_node
     if job.timed_out:
         problems.append(f"the launch timed out after {spec.timeout_s:.0f} s and was stopped")
     report = build_report(snaps, world, problems=problems, run_dir=str(out),
-                          mode=spec.launcher)
+                          mode=spec.launcher,
+                          launch=rendezvous.check_rendezvous(pre) if pre else ())
     return save(report, out), job.stderr[-4000:]
+
+
+def _rendezvous_preflight(spec: LaunchSpec, out: Path) -> tuple[LaunchSpec, dict | None]:
+    """On Slurm, fix the port and check every node reaches it before torchrun waits
+    there for minutes; the same port is then used for the launch."""
+    if spec.launcher != "slurm":
+        return spec, None
+    spec = dataclasses.replace(spec, master_port=spec.master_port or random_port())
+    return spec, rendezvous.preflight(spec.nodes, spec.master_port, out)

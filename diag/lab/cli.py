@@ -63,6 +63,43 @@ def up(nodes: int, slow_links: tuple[str, ...], broken: tuple[str, ...], timeout
 
 
 @lab.command()
+@click.argument("links", nargs=-1, required=True, metavar="nodeK=RATE|nodeK=off...")
+@NAME_OPTION
+@JSON_OPTION
+def shape(links: tuple[str, ...], name: str, as_json: bool) -> None:
+    """Throttle a running lab's node both ways (nodeK=200mbit), or lift it (nodeK=off)."""
+    from diag.lab import cluster, spec
+
+    try:
+        nodes = len(_state_of(name).layout.nodes)
+        for text in links:
+            cluster.shape(name, *spec.parse_shape(text, nodes))
+        result = cluster.status(name)
+    except LabError as err:
+        _fail(err)
+    _render_status(result, as_json)
+
+
+@lab.command("block-port")
+@click.argument("ports", nargs=-1, required=True, metavar="nodeK:PORT...")
+@click.option("--unblock", is_flag=True, help="Stop dropping these ports.")
+@NAME_OPTION
+@JSON_OPTION
+def block_port(ports: tuple[str, ...], unblock: bool, name: str, as_json: bool) -> None:
+    """Drop inbound TCP to PORT on nodeK's fabric link, as a host firewall would."""
+    from diag.lab import cluster, spec
+
+    try:
+        nodes = len(_state_of(name).layout.nodes)
+        for text in ports:
+            cluster.block_port(name, *spec.parse_port_block(text, nodes), blocked=not unblock)
+        result = cluster.status(name)
+    except LabError as err:
+        _fail(err)
+    _render_status(result, as_json)
+
+
+@lab.command()
 @NAME_OPTION
 @JSON_OPTION
 def down(name: str, as_json: bool) -> None:
@@ -147,7 +184,8 @@ def _status_lines(result: LabStatus) -> list[str]:
              f"state in {layout.state_dir}"]
     for node in layout.nodes:
         notes = ([f"slow {node.slow_link.rate}"] if node.slow_link else []) + (
-            ["eth0 broken"] if node.broken_iface else [])
+            ["eth0 broken"] if node.broken_iface else []) + (
+            [f"drops tcp {','.join(map(str, node.blocked_ports))}"] if node.blocked_ports else [])
         slurm_state = result.slurm_states.get(node.name, "?")
         lines.append(f"  {node.name:8} {node.addr:15} slurm={slurm_state:8} {' '.join(notes)}")
     dead = [d for d, ok in result.alive.items() if not ok]

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from diag.lab import netns, procs, slurm
 from diag.lab.spec import (
-    FABRIC_IFNAME, STATE_ROOT, LabError, LabSpec, lab_prefix, pick_octet, plan, preferred_octet,
+    FABRIC_IFNAME, STATE_ROOT, LabError, LabSpec, Node, SlowLink, lab_prefix, pick_octet, plan,
+    preferred_octet,
 )
 from diag.lab.state import LabPaths, LabState, lab_paths, read_state, to_json, write_state
 
@@ -262,3 +263,41 @@ def env_vars(state: LabState) -> dict[str, str]:
         "DDIAG_LAB_NODES": " ".join(f"{n.name}={n.addr}" for n in layout.nodes),
         "DDIAG_LAB_IFNAME": FABRIC_IFNAME,
     }
+
+
+def _running_state(name: str) -> LabState:
+    require_prerequisites()
+    state = read_state(lab_paths(name))
+    if state is None:
+        raise LabError(f"lab {name} is not up; start it with 'ddiag lab up --name {name}'")
+    return state
+
+
+def _with_node(state: LabState, node: Node) -> LabState:
+    nodes = tuple(node if n.name == node.name else n for n in state.layout.nodes)
+    return replace(state, layout=replace(state.layout, nodes=nodes))
+
+
+def shape(name: str, node_name: str, link: SlowLink | None) -> LabState:
+    """Throttle a node of a running lab (or lift it with None) and record it."""
+    with labs_lock():
+        state = _running_state(name)
+        node = replace(state.layout.node(node_name), slow_link=link)
+        netns.shape(node) if link else netns.unshape(node)
+        state = _with_node(state, node)
+        write_state(state)
+    return state
+
+
+def block_port(name: str, node_name: str, port: int, blocked: bool = True) -> LabState:
+    """Drop (or stop dropping) inbound TCP to ``port`` on a node of a running lab."""
+    with labs_lock():
+        state = _running_state(name)
+        old = state.layout.node(node_name)
+        ports = sorted((set(old.blocked_ports) | {port}) if blocked
+                       else (set(old.blocked_ports) - {port}))
+        node = replace(old, blocked_ports=tuple(ports))
+        netns.drop_port(node, port, blocked)
+        state = _with_node(state, node)
+        write_state(state)
+    return state

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -114,6 +115,33 @@ def shape(node: Node) -> None:
            "latency", TBF_LATENCY]
     run(["tc", "qdisc", "replace", "dev", node.veth, *tbf])
     run(["tc", "-n", node.netns, "qdisc", "replace", "dev", FABRIC_IFNAME, *tbf])
+
+
+def unshape(node: Node) -> None:
+    """Lift a throttle: back to the default qdisc on both ends."""
+    for argv in (["tc", "qdisc", "del", "dev", node.veth, "root"],
+                 ["tc", "-n", node.netns, "qdisc", "del", "dev", FABRIC_IFNAME, "root"]):
+        try:
+            run(argv)
+        except LabError as err:  # nothing to delete is fine; anything else is not
+            if "No such file" not in str(err) and "Cannot delete qdisc" not in str(err):
+                raise
+
+
+def drop_port(node: Node, port: int, drop: bool = True) -> None:
+    """Drop (or stop dropping) inbound TCP to ``port`` on the node's eth0, as a host
+    firewall's DROP rule does: peers' connects time out, while the node still reaches
+    itself over lo. The rule lives in the node's namespace and goes with it."""
+    if shutil.which("iptables") is None:
+        raise LabError("iptables not found: install it (apt-get install iptables) to "
+                       "block ports in the lab")
+    rule = ["INPUT", "-i", FABRIC_IFNAME, "-p", "tcp", "--dport", str(port), "-j", "DROP"]
+    ns = ["ip", "netns", "exec", node.netns, "iptables"]
+    present = subprocess.run([*ns, "-C", *rule], capture_output=True).returncode == 0
+    if drop and not present:
+        run([*ns, "-A", *rule])
+    elif not drop and present:
+        run([*ns, "-D", *rule])
 
 
 def break_iface(node: Node) -> None:

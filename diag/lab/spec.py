@@ -124,6 +124,26 @@ def parse_slow_links(texts: tuple[str, ...], nodes: int) -> tuple[SlowLink, ...]
     return links
 
 
+def parse_shape(text: str, nodes: int) -> tuple[str, SlowLink | None]:
+    """``nodeK=RATE`` throttles nodeK; ``nodeK=off`` lifts its throttle."""
+    node, sep, rate = text.partition("=")
+    if sep and rate.strip().lower() == "off":
+        check_node(node, nodes, f"shape {text}")
+        return node, None
+    link = parse_slow_link(text, nodes)
+    return link.node, link
+
+
+def parse_port_block(text: str, nodes: int) -> tuple[str, int]:
+    """``nodeK:PORT``."""
+    node, sep, port = text.partition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise LabError(f"block-port {text}: expected nodeK:PORT with a TCP port 1..65535, "
+                       "e.g. node1:29500")
+    check_node(node, nodes, f"block-port {text}")
+    return node, int(port)
+
+
 def parse_broken_ifaces(texts: tuple[str, ...], nodes: int) -> tuple[str, ...]:
     for text in texts:
         check_node(text, nodes, f"--broken-iface {text}")
@@ -174,6 +194,8 @@ class Node:
     mgmt_veth: str
     slow_link: SlowLink | None = None
     broken_iface: bool = False
+    blocked_ports: tuple[int, ...] = ()
+    """TCP ports whose inbound fabric traffic is dropped, as a firewall would."""
 
 
 @dataclass(frozen=True, kw_only=True)

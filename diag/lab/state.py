@@ -85,7 +85,7 @@ def node_to_json(node: Node) -> dict:
         "name": node.name, "addr": node.addr, "mgmt_addr": node.mgmt_addr,
         "netns": node.netns, "veth": node.veth, "mgmt_veth": node.mgmt_veth,
         "slow_link": node.slow_link.rate if node.slow_link else None,
-        "broken_iface": node.broken_iface,
+        "broken_iface": node.broken_iface, "blocked_ports": list(node.blocked_ports),
     }
 
 
@@ -116,6 +116,7 @@ def node_from_json(doc: dict, index: int) -> Node:
         mgmt_addr=doc["mgmt_addr"], veth=doc["veth"], mgmt_veth=doc["mgmt_veth"],
         slow_link=SlowLink(doc["name"], parse_rate(slow)) if slow else None,
         broken_iface=bool(doc.get("broken_iface")),
+        blocked_ports=tuple(int(p) for p in doc.get("blocked_ports", ())),
     )
 
 

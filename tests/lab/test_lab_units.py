@@ -190,3 +190,22 @@ def test_only_slurm_clients_of_this_lab_count_as_its_processes():
     assert not procs.is_lab_client(("bash",), env, conf)  # the user's shell after eval
     assert not procs.is_lab_client(("srun",), env.replace(b"/a/", b"/b/"), conf)
     assert not procs.is_lab_client(("srun",), b"SLURM_CONF=/run/ddiag-lab/a/slurm.confx", conf)
+
+
+def test_shape_parses_a_rate_or_off():
+    from diag.lab.spec import parse_shape
+
+    node, link = parse_shape("node4=200mbit", 4)
+    assert node == "node4" and link.bits_per_s == 200_000_000
+    assert parse_shape("node2=off", 4) == ("node2", None)
+    with pytest.raises(LabError, match="no node5"):
+        parse_shape("node5=off", 4)
+
+
+def test_port_block_names_node_and_port():
+    from diag.lab.spec import parse_port_block
+
+    assert parse_port_block("node1:29500", 4) == ("node1", 29500)
+    for bad in ("node1", "node1:0", "node1:x", "node1:70000"):
+        with pytest.raises(LabError, match="nodeK:PORT"):
+            parse_port_block(bad, 4)

@@ -8,14 +8,16 @@ from __future__ import annotations
 from diag import schema
 from diag.analyze.inputs import Inputs
 from diag.analyze.types import Category, Culprit, Evidence, Finding, Severity
+from diag.checkenv.rendezvous import check_rendezvous
 from diag.checkenv.report import build_report
 from diag.checkenv.snapshot import Snapshot, snapshot_from_json
 from diag.checkenv.types import CheckResult, Status
 
 SEVERITY = {Status.FAIL: Severity.ERROR, Status.WARN: Severity.WARN}
 CONFIDENCE = {Status.FAIL: 0.9, Status.WARN: 0.5}
-# Consequences of another failure: the group does not form because an interface is wrong.
-SYMPTOMS = {"cross.group"}
+# Consequences of another failure: the group does not form because an interface is wrong,
+# or no rank ran because the rendezvous was unreachable.
+SYMPTOMS = {"cross.group", "cross.ranks"}
 
 
 def load(inputs: Inputs) -> tuple[list[Snapshot], dict[int, str]]:
@@ -42,17 +44,33 @@ def latest_launch(snaps: list[Snapshot]) -> list[Snapshot]:
 
 def detect(inputs: Inputs) -> list[Finding]:
     snaps, paths = load(inputs)
-    if not snaps:
+    launch, launch_paths = _rendezvous(inputs)
+    if not snaps and not launch:
         return []
     world = max((s.world_size or 0 for s in snaps), default=0) or None
-    report = build_report(snaps, world)
+    report = build_report(snaps, world, launch=launch)
+    paths = {**launch_paths, **paths}
     bad = [r for r in report.results if r.status in SEVERITY]
     causes = any(r.status is Status.FAIL and r.check not in SYMPTOMS for r in bad)
     return [finding(r, paths, root_cause=not (causes and r.check in SYMPTOMS)) for r in bad]
 
 
+def _rendezvous(inputs: Inputs) -> tuple[list[CheckResult], dict[int, str]]:
+    """The newest rendezvous pre-flight's results (check-env writes one per launch)."""
+    docs = inputs.docs_of(schema.RENDEZVOUS)
+    if not docs:
+        return [], {}
+    doc = docs[-1]
+    try:
+        schema.check(doc.doc, schema.RENDEZVOUS, doc.path)
+        return check_rendezvous(doc.doc), {-1: doc.path}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return [], {}
+
+
 def finding(result: CheckResult, paths: dict[int, str], root_cause: bool) -> Finding:
-    files = [paths[r] for r in result.ranks if r in paths][:4] or list(paths.values())[:1]
+    files = [paths[r] for r in result.ranks if r in paths][:4] or (
+        [paths[-1]] if -1 in paths else list(paths.values())[:1])  # -1: the pre-flight
     where = f" on {', '.join(result.nodes)}" if result.nodes else ""
     return Finding(
         category=Category(result.category), severity=SEVERITY[result.status],

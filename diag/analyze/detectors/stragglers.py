@@ -20,6 +20,7 @@ WARMUP_SEQS = 3
 MIN_STEPS = 5
 MIN_SCORE = 0.15      # lateness as a fraction of the step time
 MIN_LATENESS_S = 0.005
+JITTER_FACTOR = 2.0   # excess lateness over the typical rank's own lateness
 
 
 def detect(inputs: Inputs) -> list[Finding]:
@@ -29,8 +30,11 @@ def detect(inputs: Inputs) -> list[Finding]:
         return []
     # The lower median: with two ranks the plain median is halfway to the straggler.
     baseline = statistics.median_low(late.values())
-    slow = {r: v - baseline for r, v in late.items()
-            if v - baseline >= max(MIN_SCORE * step_s, MIN_LATENESS_S)}
+    # The typical rank's lateness is the arrival jitter of this job (scheduling noise,
+    # shared CPUs, uneven batches); a straggler must stand out from it, not only from
+    # the step time, or a busy but healthy job has a "straggler" every run.
+    bar = max(MIN_SCORE * step_s, MIN_LATENESS_S, JITTER_FACTOR * baseline)
+    slow = {r: v - baseline for r, v in late.items() if v - baseline >= bar}
     return [_finding(inputs, r, extra, step_s) for r, extra in sorted(slow.items())]
 
 
