@@ -18,6 +18,7 @@ RENDEZVOUS = "ddiag.rendezvous"
 PROBE_LINKS = "ddiag.probe_links"
 PROBE_COLLECTIVES = "ddiag.probe_collectives"
 PROBE_COMPUTE = "ddiag.probe_compute"
+PROBES = "ddiag.probes"
 
 # The major version each format is written at (and the newest a reader understands).
 VERSIONS: dict[str, int] = {
@@ -33,6 +34,7 @@ VERSIONS: dict[str, int] = {
     PROBE_LINKS: 1,
     PROBE_COLLECTIVES: 1,
     PROBE_COMPUTE: 1,
+    PROBES: 1,
 }
 
 

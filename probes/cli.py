@@ -98,8 +98,10 @@ def show(name: str, doc: dict, as_json: bool) -> None:
     else:
         from probes.render import render
 
-        render(name, doc)
-    flagged = doc.get("slow_links") or doc.get("slow_ranks")
+        for part, part_doc in (doc["probes"].items() if name == "all" else [(name, doc)]):
+            render(part, part_doc)
+    parts = doc.get("probes", {}).values() if name == "all" else [doc]
+    flagged = any(d.get("slow_links") or d.get("slow_ranks") for d in parts)
     sys.exit(1 if flagged else 0)
 
 
@@ -116,8 +118,11 @@ def links(seconds: float, max_bytes: int, slow_ratio: float, **opts) -> None:
 
         fail("probe links measures between nodes and --launcher local has one; use "
              "--launcher slurm --nodes N, or run it inside a multi-node job")
-    run_and_show("links", {"target_s": seconds, "max_bytes": max_bytes,
-                           "slow_ratio": slow_ratio}, opts)
+    run_and_show("links", links_params(seconds, max_bytes, slow_ratio), opts)
+
+
+def links_params(seconds: float, max_bytes: int, slow_ratio: float) -> dict:
+    return {"target_s": seconds, "max_bytes": max_bytes, "slow_ratio": slow_ratio}
 
 
 @probe.command()
@@ -131,6 +136,12 @@ def links(seconds: float, max_bytes: int, slow_ratio: float, **opts) -> None:
 def collectives(ops: str, min_bytes: int, max_bytes: int, factor: int, seconds: float,
                 **opts) -> None:
     """Size sweep of collectives with algbw and busbw (nccl-tests definitions)."""
+    run_and_show("collectives", collectives_params(ops, min_bytes, max_bytes, factor, seconds),
+                 opts)
+
+
+def collectives_params(ops: str, min_bytes: int, max_bytes: int, factor: int,
+                       seconds: float) -> dict:
     from diag.cli import fail
     from probes.collectives import OPS, sweep_sizes
 
@@ -142,7 +153,7 @@ def collectives(ops: str, min_bytes: int, max_bytes: int, factor: int, seconds: 
         sizes = sweep_sizes(min_bytes, max_bytes, factor)
     except ValueError as err:
         fail(f"--min-bytes/--max-bytes/--factor: {err}")
-    run_and_show("collectives", {"ops": names, "sizes": sizes, "target_s": seconds}, opts)
+    return {"ops": names, "sizes": sizes, "target_s": seconds}
 
 
 @probe.command()
@@ -155,5 +166,30 @@ def collectives(ops: str, min_bytes: int, max_bytes: int, factor: int, seconds: 
 @common_options
 def compute(n: int, dtype: str, seconds: float, slow_ratio: float, **opts) -> None:
     """Matmul throughput of every rank, to find slow nodes."""
-    run_and_show("compute", {"n": n, "dtype": dtype, "target_s": seconds,
-                             "slow_ratio": slow_ratio}, opts)
+    run_and_show("compute", compute_params(n, dtype, seconds, slow_ratio), opts)
+
+
+def compute_params(n: int, dtype: str, seconds: float, slow_ratio: float) -> dict:
+    return {"n": n, "dtype": dtype, "target_s": seconds, "slow_ratio": slow_ratio}
+
+
+def _defaults(command: click.Command, build) -> dict:
+    """A probe's parameters at its command's own option defaults."""
+    import inspect
+
+    given = {p.name: p.default for p in command.params}
+    return build(**{name: given[name] for name in inspect.signature(build).parameters})
+
+
+@probe.command("all")
+@common_options
+def all_probes(**opts) -> None:
+    """Links (multi-node jobs), collectives and compute, at their defaults, in one launch:
+    the ranks start and form their group once."""
+    spec, _ = resolve_launch(opts)
+    params = {"collectives": _defaults(collectives, collectives_params),
+              "compute": _defaults(compute, compute_params)}
+    if spec is None or (spec.launcher == "slurm" and spec.nodes > 1):
+        # inside a job the ranks skip links themselves when they share one node
+        params = {"links": _defaults(links, links_params), **params}
+    run_and_show("all", params, opts)

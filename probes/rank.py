@@ -12,6 +12,7 @@ from pathlib import Path
 from probes.launch import GROUP_TIMEOUT_S, JobEnv
 
 PROBES = ("links", "collectives", "compute")
+ALL = "all"
 
 
 def probe_fn(name: str):
@@ -27,6 +28,8 @@ def run_probe(name: str, params: dict, job: JobEnv, out: Path,
 
     group = form_group(job, timeout_s, backend)
     try:
+        if name == ALL:
+            return _run_all(group, params, out)
         report = probe_fn(name)(group, **params)
     finally:
         close_group()
@@ -37,11 +40,32 @@ def run_probe(name: str, params: dict, job: JobEnv, out: Path,
     return doc
 
 
+def _run_all(group, params: dict, out: Path) -> dict | None:
+    """Several probes on one group (one start-up); each result goes to its own file, as
+    if run alone, and rank 0 returns them together."""
+    from diag import schema
+    from probes.dist import write_result
+
+    docs = {}
+    for name, kwargs in params.items():
+        if name == "links" and len(group.leaders) < 2:
+            continue  # one node: no link between nodes to measure
+        report = probe_fn(name)(group, **kwargs)
+        if report is not None:
+            docs[name] = report.to_json()
+            write_result(out, name, docs[name])
+    if group.job.rank != 0:
+        return None
+    doc = {**schema.stamp(schema.PROBES), "probes": docs}
+    write_result(out, ALL, doc)
+    return doc
+
+
 def main(argv: list[str] | None = None) -> int:
     from probes.launch import job_env
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("probe", choices=PROBES)
+    parser.add_argument("probe", choices=PROBES + (ALL,))
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--params", default="{}", help="keyword arguments of the probe, JSON")
     parser.add_argument("--backend", default=None)

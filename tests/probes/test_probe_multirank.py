@@ -68,3 +68,18 @@ def test_links_needs_nodes_not_one_host(tmp_path):
 def test_probe_outside_a_job_says_how_to_start_one():
     res = run(ddiag_probe("compute"), timeout=30)
     assert res.returncode == 2 and "--launcher local" in res.stderr
+
+
+def test_all_runs_collectives_and_compute_in_one_launch(tmp_path):
+    """One host: no link to measure, the other two at their own commands' defaults, each
+    written to its own file as if run alone."""
+    res = run(ddiag_probe("all", "--launcher", "local", "--nproc-per-node", "2",
+                          "--out", str(tmp_path), "--json"), timeout=180)
+    assert res.returncode in (0, 1), res.stderr[-3000:]
+    doc = json.loads(res.stdout)
+    assert doc["format"] == "ddiag.probes" and sorted(doc["probes"]) == ["collectives", "compute"]
+    assert doc["probes"]["compute"]["ranks"][0]["n"] == 1024  # probe compute's --size default
+    sizes = {r["size"] for r in doc["probes"]["collectives"]["rows"]}
+    assert min(sizes) == 4096 and max(sizes) == 4 << 20
+    for name in ("collectives", "compute"):
+        assert json.loads((tmp_path / "probes" / f"{name}.json").read_text()) == doc["probes"][name]
