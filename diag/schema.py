@@ -19,6 +19,7 @@ PROBE_LINKS = "ddiag.probe_links"
 PROBE_COLLECTIVES = "ddiag.probe_collectives"
 PROBE_COMPUTE = "ddiag.probe_compute"
 PROBES = "ddiag.probes"
+FAULT_MATRIX = "ddiag.fault_matrix"
 
 # The major version each format is written at (and the newest a reader understands).
 VERSIONS: dict[str, int] = {
@@ -35,6 +36,7 @@ VERSIONS: dict[str, int] = {
     PROBE_COLLECTIVES: 1,
     PROBE_COMPUTE: 1,
     PROBES: 1,
+    FAULT_MATRIX: 1,
 }
 
 

@@ -192,7 +192,10 @@ def slurm_command(spec: LaunchSpec, module: str, args: Sequence[str]) -> list[st
     script = ('MASTER=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1); '
               f'{exports}exec {torchrun} --node-rank="$SLURM_NODEID" --master-addr="$MASTER" '
               f"-m {shlex.quote(module)} {' '.join(shlex.quote(a) for a in args)}")
+    # --kill-on-bad-exit: when one node's torchrun fails, end the others' too; else they
+    # sit in torchrun's exit barrier (5 min) waiting for an agent that is gone.
     return ["srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", "--ntasks-per-node=1",
+            "--kill-on-bad-exit=1",
             "sh", "-c", script]
 
 

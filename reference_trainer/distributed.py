@@ -69,4 +69,8 @@ def close() -> None:
     """Tear the group down after a clean run; a failed run just exits (a broken group
     can block in destroy)."""
     if dist.is_initialized():
+        # Everyone finishes its last collective before anyone closes its connections: a
+        # gloo rank tearing down while a peer still reads from it was seen to abort
+        # ("terminate called without an active exception") on the lab.
+        dist.barrier()
         dist.destroy_process_group()

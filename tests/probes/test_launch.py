@@ -75,7 +75,8 @@ def test_slurm_command_runs_one_torchrun_per_node_and_sets_env_on_one_node():
     spec = LaunchSpec("slurm", 4, 2, parse_env_on(["node3:GLOO_SOCKET_IFNAME=eth 9"]),
                       master_port=29600)
     argv = slurm_command(spec, "probes.rank", ["links", "--out", "/tmp/a b"])
-    assert argv[:5] == ["srun", "--nodes=4", "--ntasks=4", "--ntasks-per-node=1", "sh"]
+    assert argv[:6] == ["srun", "--nodes=4", "--ntasks=4", "--ntasks-per-node=1",
+                        "--kill-on-bad-exit=1", "sh"]
     script = argv[-1]
     assert "torch.distributed.run --nnodes=4 --nproc-per-node=2 --master-port=29600" in script
     assert '--node-rank="$SLURM_NODEID" --master-addr="$MASTER"' in script
