@@ -6,6 +6,10 @@ Imports here stay light: ``ddiag --help`` and ``--version`` must not import torc
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -135,38 +139,104 @@ def watch(run_dir: Path, stall_s: float, kill: bool, timeout_s: float | None,
               help="Rendezvous port for every launch (default: a free one each time).")
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Run directory (default: a new runs/scale-test-<time>).")
+@click.option("--html", "html_out", type=click.Path(path_type=Path),
+              help="Also write a self-contained HTML report (table, scaling curve, plots) here.")
+@click.option("--dry-run", is_flag=True,
+              help="Print what would run (the sbatch script, or each local stage's commands) "
+                   "and exit.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-def scale_test(stages, mode, launcher, nproc_per_node, steps, batch, strong, inject,
+@click.pass_context
+def scale_test(ctx, stages, mode, launcher, nproc_per_node, steps, batch, strong, inject,
                stage_timeout, stall, keep_going, no_probes, env_on, master_port, out,
-               as_json) -> None:
+               html_out, dry_run, as_json) -> None:
     """Run the reference trainer at 1 -> 2 -> 4 -> N and explain where scaling breaks."""
-    from diag.render import render_scale_test
+    from diag.render import render_scale_test, scale_test_status
+    from diag.scaletest import plan
     from diag.scaletest.config import ScaleTestConfig, default_stages
     from diag.scaletest.run import scale_test as run_scale_test
     from probes.launch import LaunchError, parse_env_on
 
     out = out or Path("runs") / time.strftime("scale-test-%Y%m%d-%H%M%S")
-    if out.exists() and any(out.iterdir()):
+    job_id = os.environ.get("SLURM_JOB_ID") if launcher == "slurm" else None
+    if plan.run_dir_in_use(out, job_id):
         fail(f"{out} exists and is not empty; ddiag never overwrites a run: pass a new --out")
+    if html_out is not None and html_out.exists():
+        fail(f"{html_out} already exists; ddiag never overwrites a file: pass a new path")
     try:
         parsed = tuple(int(s) for s in stages.split(",")) if stages else default_stages(launcher)
         cfg = ScaleTestConfig(out=out, stages=parsed, mode=mode, launcher=launcher,
                               nproc_per_node=nproc_per_node, steps=steps, batch=batch,
                               strong=strong, inject=tuple(inject), stage_timeout_s=stage_timeout,
                               stall_s=stall, keep_going=keep_going, probes=not no_probes,
-                              env_on=tuple(env_on), master_port=master_port)
+                              env_on=tuple(env_on), master_port=master_port,
+                              slurm_job_id=job_id)
         parse_env_on(cfg.env_on)
     except (ValueError, LaunchError) as exc:
         fail(str(exc).replace("invalid literal for int() with base 10",
                               f"--stages must be integers like 1,2,4, got {stages!r}"))
+    if dry_run:
+        click.echo(plan.dry_run(cfg, _this_command(ctx, out), Path.cwd()), nl=False)
+        sys.exit(0)
+    if (problem := plan.allocation_too_small(cfg, os.environ)):
+        fail(problem)
+    if plan.needs_allocation(cfg, os.environ):
+        _rerun_under_salloc(plan.salloc_argv(cfg, _this_command(ctx, out)))
     out.mkdir(parents=True, exist_ok=True)
-    result = run_scale_test(cfg, status=lambda line: click.echo(f"ddiag scale-test: {line}",
-                                                                 err=True))
+    _stop_on_sigterm()
+    live = sys.stderr.isatty() and not as_json
+    with scale_test_status(cfg, live) as status:
+        result = run_scale_test(cfg, status=status)
+    if html_out is not None:
+        from diag.report.scale_test_html import render_scale_test_html
+
+        html_out.write_text(render_scale_test_html(result))
+        click.echo(f"ddiag: wrote {html_out}", err=True)
     if as_json:
         emit_json(result.to_json())
     else:
         render_scale_test(result)
     sys.exit(0 if result.healthy else 1)
+
+
+def _this_command(ctx: click.Context, out: Path) -> list[str]:
+    """This scale-test again, for a Slurm allocation to run: every option given, --out
+    made absolute (its default is a fresh timestamp) and --dry-run left out."""
+    args = []
+    for param in ctx.command.params:
+        value = ctx.params[param.name]
+        if param.name in ("out", "dry_run") or value is None or value is False \
+                or value == () or value == param.default:
+            continue
+        name = param.opts[0]
+        if param.is_flag:
+            args.append(name)
+        else:
+            args += [a for v in (value if param.multiple else [value]) for a in (name, str(v))]
+    return [sys.executable, "-m", "diag.cli", "scale-test", *args, "--out", str(out.resolve())]
+
+
+def _stop_on_sigterm() -> None:
+    """salloc forwards SIGTERM to the scale test, and scancel sends it to a batch job:
+    stop as on Ctrl-C (the stage's ranks killed, what was collected reported)."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
+def _rerun_under_salloc(argv: list[str]) -> None:
+    """Replace this process with salloc running the same scale test, so every stage
+    shares one allocation. salloc ignores Ctrl-C once the command runs and waits for it:
+    the inner scale test stops its stage, reports, and salloc releases the nodes."""
+    if shutil.which("salloc") is None:
+        fail("--launcher slurm outside an allocation runs the stages under salloc, which is "
+             "not on PATH; install the Slurm client tools, or start ddiag inside an "
+             "allocation (salloc or sbatch)")
+    click.echo(f"ddiag scale-test: no Slurm allocation (SLURM_JOB_ID unset); running under "
+               f"{shlex.join(argv[:4])} ...", err=True)
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os.execvp("salloc", argv)
 
 
 def _write_reports(result, html_out: Path | None, trace_out: Path | None) -> None:

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import re
+import sys
+import time
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import (BarColumn, Progress, ProgressColumn, SpinnerColumn, TextColumn,
+                           TimeElapsedColumn)
 from rich.table import Table
 from rich.text import Text
 
@@ -110,3 +118,61 @@ def render_scale_test(result, console: Console | None = None) -> None:
     console.print(table)
     console.print(Text(f"verdict: {result.verdict}", style="bold"))
     console.print(f"run directory: {result.config.out}")
+
+
+_STAGE_LINE = re.compile(r"stage (\d+): (.*)")
+
+
+@contextmanager
+def scale_test_status(cfg, live: bool, console: Console | None = None
+                      ) -> Iterator[Callable[[str], None]]:
+    """The status callback scale_test() reports to. ``live`` (a terminal): one live line
+    with the stage (i/N), its current step and the time elapsed, each finished step kept
+    above it with its duration. Otherwise the plain ``ddiag scale-test: ...`` lines on
+    stderr that tests and CI read."""
+    if not live:
+        yield lambda line: print(f"ddiag scale-test: {line}", file=sys.stderr, flush=True)
+        return
+    display = _StageProgress(cfg, console or Console(stderr=True))
+    with display.progress:
+        try:
+            yield display.update
+        finally:
+            display.finish_step()
+
+
+class _StepElapsed(ProgressColumn):
+    def render(self, task) -> Text:
+        return Text(f"{time.monotonic() - task.fields['since']:4.0f} s", style="dim")
+
+
+class _StageProgress:
+    def __init__(self, cfg, console: Console):
+        self.cfg, self.step, self.since = cfg, None, time.monotonic()
+        self.progress = Progress(
+            SpinnerColumn(), TextColumn("[bold]stage {task.fields[at]}"), BarColumn(bar_width=16),
+            TextColumn("{task.description}"), _StepElapsed(), TextColumn("[dim]total"),
+            TimeElapsedColumn(), console=console, transient=True)
+        self.task = self.progress.add_task("starting", total=len(cfg.stages),
+                                           at=f"-/{len(cfg.stages)}", since=self.since)
+
+    def update(self, line: str) -> None:
+        match = _STAGE_LINE.fullmatch(line)
+        if match is None or int(match.group(1)) not in self.cfg.stages:
+            # A hang or an interrupt: news, not a step with a duration.
+            self.progress.console.print(Text(f"  {line}", style="yellow"))
+            return
+        self.finish_step()
+        self.step, self.since = line, time.monotonic()
+        stage = int(match.group(1))
+        i, world = self.cfg.stages.index(stage), self.cfg.world_size(stage)
+        self.progress.update(
+            self.task, completed=i, description=escape(match.group(2)), since=self.since,
+            at=f"{i + 1}/{len(self.cfg.stages)} ({world} rank{'s' if world > 1 else ''})")
+
+    def finish_step(self) -> None:
+        """Keep the step that just ended above the live line, with how long it took."""
+        if self.step is not None:
+            self.progress.console.print(
+                Text(f"  {self.step}  ({time.monotonic() - self.since:.1f} s)", style="dim"))
+            self.step = None

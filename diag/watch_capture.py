@@ -33,27 +33,29 @@ def local(beat: RankBeat) -> bool:
     return beat.host in (None, socket.gethostname())
 
 
-def on_node(beat: RankBeat, cmd: list[str]) -> list[str] | None:
+def on_node(beat: RankBeat, cmd: list[str], job_id: str | None = None) -> list[str] | None:
     """``cmd`` to run where the rank runs: here, or on its node through a Slurm step that
-    overlaps the job's own. None when the rank is remote and no Slurm job is known."""
+    overlaps the job's own (``job_id``, default this process's SLURM_JOB_ID). None when
+    the rank is remote and no Slurm job is known."""
     if local(beat):
         return cmd
-    if not os.environ.get("SLURM_JOB_ID"):
+    job_id = job_id or os.environ.get("SLURM_JOB_ID")
+    if not job_id:
         return None
-    return ["srun", "--overlap", f"--jobid={os.environ['SLURM_JOB_ID']}", "-N1", "-n1",
+    return ["srun", "--overlap", f"--jobid={job_id}", "-N1", "-n1",
             f"--nodelist={beat.host}", *cmd]
 
 
-def pyspy_cmd(beat: RankBeat) -> list[str] | None:
+def pyspy_cmd(beat: RankBeat, job_id: str | None = None) -> list[str] | None:
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    return on_node(beat, [spy, "dump", "--pid", str(beat.pid), "--json"])
+    return on_node(beat, [spy, "dump", "--pid", str(beat.pid), "--json"], job_id)
 
 
-def capture_stack(run_dir: Path, beat: RankBeat) -> Capture:
+def capture_stack(run_dir: Path, beat: RankBeat, job_id: str | None = None) -> Capture:
     """``py-spy dump --json`` of one rank into RUN_DIR/stacks/rankNNNNN.json."""
     out = RunDir(run_dir).path("stacks", beat.rank, ".json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    cmd = pyspy_cmd(beat)
+    cmd = pyspy_cmd(beat, job_id)
     if cmd is None:
         return Capture(beat.rank, None, f"rank {beat.rank} runs on {beat.host}: run ddiag "
                                         "watch inside the job's Slurm allocation to reach it")
@@ -70,7 +72,7 @@ def capture_stack(run_dir: Path, beat: RankBeat) -> Capture:
     return Capture(beat.rank, out, None)
 
 
-def request_fr_dumps(beats: dict[int, RankBeat]) -> list[int]:
+def request_fr_dumps(beats: dict[int, RankBeat], job_id: str | None = None) -> list[int]:
     """Signal every local rank that advertises a Flight Recorder dump handler. A rank
     without one is never signalled: SIGUSR1's default action would kill it."""
     sent = []
@@ -80,7 +82,7 @@ def request_fr_dumps(beats: dict[int, RankBeat]) -> list[int]:
         if local(beat):
             _signal(beat.pid, getattr(signal, beat.fr_signal))
             sent.append(rank)
-        elif (cmd := on_node(beat, ["kill", f"-{beat.fr_signal[3:]}", str(beat.pid)])):
+        elif (cmd := on_node(beat, ["kill", f"-{beat.fr_signal[3:]}", str(beat.pid)], job_id)):
             subprocess.run(cmd, capture_output=True, timeout=PYSPY_TIMEOUT_S)
             sent.append(rank)
     return sent

@@ -64,9 +64,11 @@ def job_finished(run_dir: Path, ranks: set[int]) -> bool:
 def watch(run_dir: Path, stall_s: float = 60.0, *, kill: bool = False, poll_s: float = 0.5,
           timeout_s: float | None = None, same_point_s: float | None = None,
           status: Callable[[str], None] = lambda _: None,
-          stop: Callable[[], bool] = lambda: False) -> WatchResult:
+          stop: Callable[[], bool] = lambda: False,
+          slurm_job_id: str | None = None) -> WatchResult:
     """Watch until a hang (then respond), the job finishing, ``stop()`` (the caller saw
-    the job exit), or ``timeout_s``."""
+    the job exit), or ``timeout_s``. ``slurm_job_id`` is the allocation the ranks run in,
+    through which stacks of ranks on other nodes are captured (default: SLURM_JOB_ID)."""
     watcher = Watcher(stall_s, same_point_s)
     result = WatchResult(str(run_dir))
     last_line = None
@@ -78,7 +80,7 @@ def watch(run_dir: Path, stall_s: float = 60.0, *, kill: bool = False, poll_s: f
             return result
         alarm = watcher.observe(beats, time.time())
         if alarm is not None:
-            respond(run_dir, alarm, result, kill, status)
+            respond(run_dir, alarm, result, kill, status, slurm_job_id)
             return result
         line = _status_line(beats)
         if line != last_line:
@@ -90,14 +92,14 @@ def watch(run_dir: Path, stall_s: float = 60.0, *, kill: bool = False, poll_s: f
 
 
 def respond(run_dir: Path, alarm: Alarm, result: WatchResult, kill: bool,
-            status: Callable[[str], None]) -> None:
+            status: Callable[[str], None], slurm_job_id: str | None = None) -> None:
     from diag.analyze import analyze
 
     result.alarm, result.ended = alarm, "hang detected"
     status(f"hang: ranks {list(alarm.laggards)} lag ({alarm.reason}); capturing stacks")
-    result.fr_requested = request_fr_dumps(alarm.beats)
-    result.captures = [capture_stack(run_dir, b) for _, b in sorted(alarm.beats.items())
-                       if b.pid]
+    result.fr_requested = request_fr_dumps(alarm.beats, slurm_job_id)
+    result.captures = [capture_stack(run_dir, b, slurm_job_id)
+                       for _, b in sorted(alarm.beats.items()) if b.pid]
     _wait_for_fr(run_dir, result.fr_requested, alarm.detected_at)
     result.analysis = analyze(run_dir)
     if kill:

@@ -189,7 +189,9 @@ def slurm_command(spec: LaunchSpec, module: str, args: Sequence[str]) -> list[st
                                                               port))
     exports = "".join(f'if [ "$SLURMD_NODENAME" = {shlex.quote(node)} ]; then export '
                       f"{var}={shlex.quote(value)}; fi; " for node, var, value in spec.env_on)
-    script = ('MASTER=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1); '
+    # The step's first node, not the allocation's: a smaller stage's step may run elsewhere.
+    nodelist = '"${SLURM_STEP_NODELIST:-$SLURM_JOB_NODELIST}"'
+    script = (f'MASTER=$(scontrol show hostnames {nodelist} | head -n1); '
               f'{exports}exec {torchrun} --node-rank="$SLURM_NODEID" --master-addr="$MASTER" '
               f"-m {shlex.quote(module)} {' '.join(shlex.quote(a) for a in args)}")
     # --kill-on-bad-exit: when one node's torchrun fails, end the others' too; else they

@@ -1,28 +1,15 @@
-"""A self-contained HTML report: findings, a rank x step time heat map, per-rank
-collective progress. Inline SVG and CSS only, so it opens offline and attaches to a
-ticket as one file."""
+"""The analyze HTML report: findings, a rank x step time heat map, per-rank collective
+progress. Inline SVG and CSS only (diag.report.svg), so it opens offline and attaches to
+a ticket as one file."""
 
 from __future__ import annotations
 
-import html
 import statistics
 
 from diag.analyze import Analysis
 from diag.analyze.inputs import Inputs
+from diag.report.svg import NORMAL, SLOW, esc as _e, page, rect, svg, text
 from diag.report.views import binned_matrix, collective_progress, step_times
-
-CSS = """
-body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1d2430;max-width:1200px}
-h1{font-size:20px}h2{font-size:16px;margin-top:28px;border-bottom:1px solid #ddd}
-.f{border:1px solid #ddd;border-left:6px solid #999;padding:8px 12px;margin:10px 0;border-radius:4px}
-.critical{border-left-color:#c0392b}.error{border-left-color:#e67e22}.warn{border-left-color:#f1c40f}
-.symptom{opacity:.75}.cat{font-weight:600;font-family:monospace}.ev{font:12px monospace;color:#555;
-white-space:pre-wrap;margin:2px 0}.fix{margin-top:4px}.muted{color:#777}
-"""
-
-
-def _e(text) -> str:
-    return html.escape(str(text))
 
 
 def _finding_html(i: int, f) -> str:
@@ -61,18 +48,15 @@ def heatmap_svg(inputs: Inputs) -> str:
     values = [v for row in grid for v in row if v is not None]
     median = statistics.median(values)
     cw, ch = max(2, 900 // len(cols)), max(2, min(14, 600 // len(rows)))
-    rects = "".join(f'<rect x="{60 + c * cw}" y="{r * ch}" width="{cw}" height="{ch}" '
-                    f'fill="{_color(v, median)}"><title>rank {rows[r]} step {cols[c]}: '
-                    f'{(v or 0) * 1000:.1f} ms</title></rect>'
+    rects = "".join(rect(60 + c * cw, r * ch, cw, ch, _color(v, median),
+                         f"rank {rows[r]} step {cols[c]}: {(v or 0) * 1000:.1f} ms")
                     for r, row in enumerate(grid) for c, v in enumerate(row))
-    labels = "".join(f'<text x="55" y="{r * ch + ch - 1}" font-size="{min(ch, 11)}" '
-                     f'text-anchor="end">{rows[r]}</text>'
+    labels = "".join(text(55, r * ch + ch - 1, rows[r], min(ch, 11), "end")
                      for r in range(0, len(rows), max(1, 12 // ch)))
     h = len(rows) * ch + 20
     return (f'<p class="muted">median step {median * 1000:.1f} ms; red = slower, blue = '
             f'faster than the median; rows are ranks, columns steps {cols[0]}..{cols[-1]}</p>'
-            f'<svg width="{60 + len(cols) * cw + 10}" height="{h}" role="img" '
-            f'aria-label="step time heat map">{labels}{rects}</svg>')
+            + svg(60 + len(cols) * cw + 10, h, labels + rects, "step time heat map"))
 
 
 def progress_svg(inputs: Inputs) -> str:
@@ -83,12 +67,11 @@ def progress_svg(inputs: Inputs) -> str:
     for group, per_rank in sorted(progress.items()):
         top = max(per_rank.values()) or 1
         bh = max(2, min(14, 400 // len(per_rank)))
-        bars = "".join(
-            f'<rect x="60" y="{i * bh}" width="{max(1, 800 * s // top)}" height="{bh - 1}" '
-            f'fill="{"#c0392b" if s < top else "#5b8def"}"><title>rank {r}: seq {s}</title></rect>'
-            for i, (r, s) in enumerate(sorted(per_rank.items())))
+        bars = "".join(rect(60, i * bh, max(1, 800 * s // top), bh - 1,
+                            SLOW if s < top else NORMAL, f"rank {r}: seq {s}")
+                       for i, (r, s) in enumerate(sorted(per_rank.items())))
         parts.append(f'<h3>group {_e(group)}: last collective seq per rank (red = behind)</h3>'
-                     f'<svg width="880" height="{len(per_rank) * bh + 4}">{bars}</svg>')
+                     + svg(880, len(per_rank) * bh + 4, bars, f"collective progress of {group}"))
     return "".join(parts)
 
 
@@ -97,13 +80,11 @@ def render_html(analysis: Analysis, inputs: Inputs) -> str:
         or '<p>no findings</p>'
     problems = "".join(f'<div class="ev">{_e(p.file)}:{_e(p.line)}: {_e(p.message)}</div>'
                        for p in analysis.problems[:200])
-    return (f'<!doctype html><html><head><meta charset="utf-8"><title>ddiag: '
-            f'{_e(analysis.root)}</title><style>{CSS}</style></head><body>'
-            f'<h1>ddiag analyze: {_e(analysis.root)}</h1>'
-            f'<p class="muted">{len(analysis.findings)} finding(s); sources: '
-            f'{_e(analysis.sources)}; missing ranks: {_e(analysis.missing_ranks or "none")}</p>'
-            f'<h2>Findings</h2>{findings}'
-            f'<h2>Step time per rank</h2>{heatmap_svg(inputs)}'
-            f'<h2>Collective progress</h2>{progress_svg(inputs)}'
-            + (f"<h2>Input problems</h2>{problems}" if problems else "")
-            + "</body></html>")
+    return page(f"ddiag: {analysis.root}", (
+        f'<h1>ddiag analyze: {_e(analysis.root)}</h1>'
+        f'<p class="muted">{len(analysis.findings)} finding(s); sources: '
+        f'{_e(analysis.sources)}; missing ranks: {_e(analysis.missing_ranks or "none")}</p>'
+        f'<h2>Findings</h2>{findings}'
+        f'<h2>Step time per rank</h2>{heatmap_svg(inputs)}'
+        f'<h2>Collective progress</h2>{progress_svg(inputs)}'
+        + (f"<h2>Input problems</h2>{problems}" if problems else "")))

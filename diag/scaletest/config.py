@@ -54,6 +54,10 @@ class ScaleTestConfig:
     """NODE:VAR=VALUE: set VAR on that node for every step of every stage (rehearsal)."""
     master_port: int | None = None
     """Rendezvous port for every launch (default: a fresh one per launch)."""
+    slurm_job_id: str | None = None
+    """The Slurm allocation every stage runs in (SLURM_JOB_ID): the hang watcher reaches
+    ranks on other nodes through ``srun --overlap --jobid`` into it. None: no allocation
+    (local launcher, or each srun makes its own)."""
     probes: bool = True
     check_env: bool = True
     trainer_args: tuple[str, ...] = field(default_factory=tuple)

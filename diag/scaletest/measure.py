@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from diag.events import RankLog
 
@@ -25,6 +25,10 @@ class StageMetrics:
     comm_share: float | None
     data_share: float | None
     per_rank_p50_s: dict
+    """rank (as a string, as in JSON) -> median seconds of that rank's decorated step."""
+    per_rank_p95_s: dict = field(default_factory=dict)
+    """rank -> 95th percentile of the same: a rank with a high p95 and a normal p50 stalls
+    now and then rather than being slow throughout."""
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -39,7 +43,8 @@ def stage_metrics(logs: dict[int, RankLog], world_size: int, global_batch: int) 
              for r, log in logs.items()}
     iters = [s.get("iter_s") or s.get("dur_s") for ss in steps.values() for s in ss]
     iters = [t for t in iters if isinstance(t, (int, float)) and t > 0]
-    per_rank = {r: statistics.median([s["dur_s"] for s in ss]) for r, ss in steps.items() if ss}
+    durs = {r: [s["dur_s"] for s in ss] for r, ss in steps.items() if ss}
+    per_rank = {r: statistics.median(ds) for r, ds in durs.items()}
     p50 = _pct(iters, 0.5)
     data = [s.get("phases", {}).get("data", 0.0) for ss in steps.values() for s in ss]
     comm = [s.get("comm_s", 0.0) for ss in steps.values() for s in ss]
@@ -54,6 +59,7 @@ def stage_metrics(logs: dict[int, RankLog], world_size: int, global_batch: int) 
                        if p50 else None),
         comm_share=comm_share, data_share=data_share,
         per_rank_p50_s={str(r): round(v, 6) for r, v in sorted(per_rank.items())},
+        per_rank_p95_s={str(r): round(_pct(ds, 0.95), 6) for r, ds in sorted(durs.items())},
     )
 
 

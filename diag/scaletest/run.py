@@ -39,7 +39,8 @@ class ScaleTestResult:
         cfg = self.config
         return {
             **schema.stamp(schema.SCALE_TEST), "run_dir": str(cfg.out), "mode": cfg.mode,
-            "launcher": cfg.launcher, "stages": list(cfg.stages), "steps": cfg.steps,
+            "launcher": cfg.launcher, "slurm_job_id": cfg.slurm_job_id,
+            "stages": list(cfg.stages), "steps": cfg.steps,
             "scaling": "strong" if cfg.strong else "weak", "verdict": self.verdict,
             "cliff_stage": self.cliff_stage, "interrupted": self.interrupted,
             "healthy": self.healthy,
@@ -55,13 +56,14 @@ def _stage_json(run: StageRun, m: StageMetrics | None, eff: float | None, findin
             "metrics": as_json(m), "findings": findings or [],
             "steps": [{"name": s.name, "ok": s.ok, "seconds": round(s.seconds, 1),
                        "detail": s.detail} for s in run.steps],
-            "busbw_GBps": _busbw(run), "hang": run.hang}
+            "busbw_GBps": peak_busbw(run), "hang": run.hang}
 
 
-def _busbw(run: StageRun) -> float | None:
+def peak_busbw(run: StageRun) -> float | None:
     """Peak all_reduce busbw from the collectives probe, in the probe's unit (GB/s)."""
-    probe = next((s.doc for s in run.steps if s.name == "probe-collectives" and s.doc), None)
-    rows = [r for r in (probe or {}).get("rows", []) if r.get("op") == "all_reduce"]
+    probes = next((s.doc for s in run.steps if s.name == "probes" and s.doc), None)
+    probe = (probes or {}).get("probes", {}).get("collectives") or {}
+    rows = [r for r in probe.get("rows", []) if r.get("op") == "all_reduce"]
     values = [r.get("busbw") for r in rows if isinstance(r.get("busbw"), (int, float))]
     return round(max(values), 4) if values else None
 
@@ -89,7 +91,7 @@ def scale_test(cfg: ScaleTestConfig, status: Callable[[str], None]) -> ScaleTest
 def run_stage(cfg: ScaleTestConfig, stage: int, status: Callable[[str], None]) -> StageRun:
     run = StageRun(stage, cfg.world_size(stage), cfg.out / f"stage-{stage}")
     run.run_dir.mkdir(parents=True, exist_ok=True)
-    for name, cmd in _preflight(cfg, stage, run.run_dir):
+    for name, cmd in preflight(cfg, stage, run.run_dir):
         status(f"stage {stage}: {name}")
         step = run_tool(name, cmd, cfg.stage_timeout_s, run.run_dir / "logs")
         run.steps.append(step)
@@ -105,17 +107,16 @@ def run_stage(cfg: ScaleTestConfig, stage: int, status: Callable[[str], None]) -
     return run
 
 
-def _preflight(cfg: ScaleTestConfig, stage: int, run_dir: Path) -> list[tuple[str, list[str]]]:
+def preflight(cfg: ScaleTestConfig, stage: int, run_dir: Path) -> list[tuple[str, list[str]]]:
+    """The ddiag tools that run before a stage's trainer, by name, with their commands."""
     launch = launch_args(cfg, stage)
     out = ["--out", str(run_dir), "--json"]
     steps = []
     if cfg.check_env:
         steps.append(("check-env", ddiag_cmd("check-env", "--all-ranks", *launch, *out)))
     if cfg.probes and cfg.world_size(stage) > 1:
-        if cfg.launcher == "slurm" and stage > 1:
-            steps.append(("probe-links", ddiag_cmd("probe", "links", *launch, *out)))
-        steps.append(("probe-collectives", ddiag_cmd("probe", "collectives", *launch, *out)))
-        steps.append(("probe-compute", ddiag_cmd("probe", "compute", *launch, *out)))
+        # one launch: links (multi-node stages), collectives and compute share a start-up
+        steps.append(("probes", ddiag_cmd("probe", "all", *launch, *out)))
     return steps
 
 

@@ -1,8 +1,9 @@
 """Running one stage: check-env, probes, then the trainer with the watcher beside it.
 
-Everything is launched through real engines: torchrun on this host, or srun inside (or
-sbatch --wait for) a Slurm allocation. Each stage's process group is killed as a whole
-when it ends, times out or hangs, so no rank outlives its stage.
+Everything is launched through real engines: torchrun on this host, or srun steps inside
+a Slurm allocation (the CLI starts one with salloc when there is none). Each stage's
+process group is killed as a whole when it ends, times out or hangs, so no rank outlives
+its stage.
 """
 
 from __future__ import annotations
@@ -191,7 +192,8 @@ def run_trainer(cfg: ScaleTestConfig, stage: int, run_dir: Path,
 
 def _watch_into(watch, run_dir, cfg, proc, hang: dict, status) -> None:
     result = watch(run_dir, cfg.stall_s, kill=False, timeout_s=cfg.stage_timeout_s,
-                   stop=lambda: proc.poll() is not None, status=lambda line: None)
+                   stop=lambda: proc.poll() is not None, status=lambda line: None,
+                   slurm_job_id=cfg.slurm_job_id)
     if result.alarm is not None:
         hang["doc"] = result.to_json()
         status(f"hang: ranks {list(result.alarm.laggards)} lag; ending the stage")

@@ -56,23 +56,26 @@ def test_stage_metrics_skip_warmup_and_split_time(tmp_path):
     assert m.steps_measured == 10 and m.step_p50_s == 0.2
     assert m.samples_per_s == 80.0
     assert (m.data_share, m.comm_share, m.compute_share) == (0.1, 0.25, 0.65)
+    assert m.per_rank_p50_s == m.per_rank_p95_s == {"0": 0.2, "1": 0.2}
 
 
-def test_local_scale_test_end_to_end(tmp_path):
-    out = tmp_path / "st"
-    res = run([sys.executable, "-m", "diag.cli", "scale-test", "--stages", "1,2", "--steps", "12",
-               "--no-probes", "--out", str(out), "--json"], timeout=400)
+def test_local_scale_test_end_to_end(local_run):
+    out, res = local_run.out, local_run.res
     assert res.returncode in (0, 1), res.stderr[-3000:]
     doc = json.loads(res.stdout)
     assert doc["format"] == "ddiag.scale_test" and [r["stage"] for r in doc["results"]] == [1, 2]
+    assert doc["launcher"] == "local" and doc["slurm_job_id"] is None
     for r in doc["results"]:
         assert r["status"] == "ok", r
         assert r["metrics"]["samples_per_s"] > 0 and r["efficiency"] > 0
+        assert set(r["metrics"]["per_rank_p95_s"]) == {str(i) for i in range(r["world_size"])}
         assert (Path(r["run_dir"]) / "events" / "rank00000.jsonl").exists()
         assert (Path(r["run_dir"]) / "fr" / "rank00000.json").exists()
     assert json.loads((out / "scale-test.json").read_text())["verdict"] == doc["verdict"]
     pids = [json.loads(p.read_text())["pid"] for p in out.glob("stage-*/heartbeat/*.json")]
     assert len(pids) == 3 and pids_alive(pids) == []
+    # Not on a terminal: the plain status lines, not the live display.
+    assert "ddiag scale-test: stage 2: training ddp on 2 rank(s)" in res.stderr
 
 
 def test_refuses_to_overwrite_a_run(tmp_path):

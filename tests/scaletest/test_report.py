@@ -1,0 +1,101 @@
+"""The scale-test HTML report: built from the real local run's event logs, it shows the
+table, the scaling curve with its cliff and every stage's plots, with no script and no
+URL; the CLI writes it and never overwrites; headless Chromium renders it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from diag.events import read_run_events
+from diag.report.scale_test_html import render_scale_test_html
+from diag.scaletest.config import ScaleTestConfig
+from diag.scaletest.measure import efficiencies, stage_metrics
+from diag.scaletest.run import ScaleTestResult
+from diag.scaletest.stage import StageRun
+from tests.analyze.test_reports import CHROMIUM_FLAGS
+from tests.util import run
+
+VERDICT = "efficiency 1.00 -> 0.40 between stages 1 and 2: <b>rank 1</b> is slow"
+
+
+def cliff_result(out) -> ScaleTestResult:
+    """The real run's stages and metrics, with a cliff declared at stage 2 (two local
+    ranks on 2 cores rarely fall off by themselves)."""
+    cfg = ScaleTestConfig(out=out, stages=(1, 2), steps=12, probes=False)
+    result = ScaleTestResult(cfg, verdict=VERDICT, cliff_stage=2)
+    for stage in cfg.stages:
+        logs, _ = read_run_events(out / f"stage-{stage}")
+        result.stages.append(StageRun(stage, stage, out / f"stage-{stage}"))
+        result.metrics.append(stage_metrics(logs, stage, cfg.batch * stage))
+    result.efficiency = efficiencies(result.metrics)
+    result.findings[2] = [{"severity": "warn", "category": "straggler",
+                           "title": "rank 1 is a compute straggler", "fix": "look at rank 1"}]
+    return result
+
+
+def assert_self_contained(page: str) -> None:
+    assert page.startswith("<!doctype html>") and page.endswith("</html>")
+    assert "<script" not in page.lower() and "http" not in page and "src=" not in page
+
+
+def test_report_has_table_curve_cliff_and_every_stage(local_run):
+    page = render_scale_test_html(cliff_result(local_run.out))
+    assert_self_contained(page)
+    assert "&lt;b&gt;rank 1&lt;/b&gt; is slow" in page  # the verdict, escaped
+    assert page.count("<tr>") == 3 and "&larr; cliff" in page
+    curve = page[page.index("<h2>Scaling curve</h2>"):page.index("<h2>Stage 1:")]
+    assert 'class="cliff"' in curve and "cliff: stage 2" in curve
+    assert curve.count("<circle") == 4  # efficiency and samples/s of both stages
+    assert "<h2>Stage 1: 1 rank, ok</h2>" in page and "Stage 2: 2 ranks, ok (cliff)" in page
+    for rank in (0, 1):
+        assert f"<title>rank {rank}: p50 " in page and ", p95 " in page
+    assert page.count("median step split: compute") == 2
+    assert "rank 1 is a compute straggler" in page
+
+
+def test_cli_writes_the_report_of_a_real_run(local_run):
+    assert local_run.res.returncode in (0, 1), local_run.res.stderr[-3000:]
+    page = local_run.html.read_text()
+    assert_self_contained(page)
+    assert "<h2>Scaling curve</h2>" in page and "Stage 2: 2 ranks" in page
+    assert f"ddiag: wrote {local_run.html}" in local_run.res.stderr
+
+
+def test_cli_refuses_an_existing_html_path_before_running(tmp_path):
+    html = tmp_path / "r.html"
+    html.write_text("mine")
+    res = run([sys.executable, "-m", "diag.cli", "scale-test", "--stages", "1", "--out",
+               str(tmp_path / "st"), "--html", str(html)], timeout=60)
+    assert res.returncode == 2 and "already exists" in res.stderr
+    assert html.read_text() == "mine" and not (tmp_path / "st").exists()
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None and os.environ.get("CI") != "true",
+                    reason="needs Debian's chromium (make test installs it as root)")
+def test_report_renders_offline_in_headless_chromium(local_run, tmp_path):
+    html = tmp_path / "report.html"
+    html.write_text(render_scale_test_html(cliff_result(local_run.out)))
+    base = ["chromium", *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([*base, "--dump-dom", html.as_uri()], capture_output=True, text=True,
+                         timeout=120).stdout
+    assert "cliff: stage 2" in dom and "rank 1 is a compute straggler" in dom
+    assert dom.count("<rect") >= 2 * 3 + 2 * 3  # p50 and p95 of 3 ranks, 3 shares x 2 stages
+    shot = tmp_path / "shot.png"
+    subprocess.run([*base, "--window-size=1200,1400", f"--screenshot={shot}", html.as_uri()],
+                   capture_output=True, timeout=120)
+    assert shot.stat().st_size > 10_000  # a rendered page, not a blank one
+
+
+def test_a_failed_stage_shows_its_reason_and_no_plots(local_run):
+    result = cliff_result(local_run.out)
+    result.stages[1].status, result.stages[1].reason = "hang", "hang detected by the watcher"
+    result.metrics[1], result.efficiency[1], result.cliff_stage = None, None, None
+    page = render_scale_test_html(result)
+    assert_self_contained(page)
+    assert "Stage 2: 2 ranks, hang</h2><div class=\"ev\">hang detected by the watcher" in page
+    assert "no event logs from this stage" in page and 'class="cliff"' not in page
