@@ -233,3 +233,28 @@ def test_slow_node_from_a_link_probe(tmp_path):
     finding, _ = top(tmp_path)
     assert finding.category.value == "slow_link" and finding.culprit.hosts == ("node4",)
     assert "190 Mbit/s" in finding.title
+
+
+def test_pipeline_straggler_is_named_and_its_waiting_neighbour_is_not(tmp_path):
+    """2 stages x 2 replicas: DP groups "1" = [0, 2] (stage 0) and "2" = [1, 3] (stage 1);
+    the world group meets only after the flush, when everyone is in step. Rank 3 computes
+    0.3 s longer; rank 2 (stage 0, same replica) waits on it through the pipeline and so
+    reaches its DP all_reduce as late, with no more work of its own."""
+    ws = [RankWriter(tmp_path, r, 4) for r in range(4)]
+    for step in range(20):
+        t = T0 + step
+        for w in ws:
+            late = 0.3 if w.rank in (2, 3) else 0.0
+            work = 0.33 if w.rank == 3 else 0.03
+            waits = 0.3 if w.rank in (0, 1) else 0.0  # in the DP all_reduce, for 2 and 3
+            w.step_rec(t=t, dur=0.35, phases={"data": 0.001, "forward": work, "backward": waits},
+                       comm_s=waits)
+            w.coll(t=t + 0.01 + late, group="1" if w.rank in (0, 2) else "2", group_size=2)
+            w.coll(t=t + 0.34, group="0", group_size=4)
+    for w in ws:
+        w.close().write()
+    finding, result = top(tmp_path)
+    assert finding.category.value == "straggler" and finding.culprit.ranks == (3,)
+    assert finding.details["kind"] == "compute"
+    waiting = [f for f in result.findings if f.culprit.ranks == (2,)]
+    assert [(f.severity.name, f.root_cause) for f in waiting] == [("INFO", False)]

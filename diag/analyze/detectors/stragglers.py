@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import statistics
 
+from diag.analyze.collops import CollOp
 from diag.analyze.inputs import Inputs
 from diag.analyze.progress import DONE, groups_of
 from diag.analyze.types import Category, Culprit, Evidence, Finding, Severity
@@ -24,28 +25,44 @@ JITTER_FACTOR = 2.0   # excess lateness over the typical rank's own lateness
 
 
 def detect(inputs: Inputs) -> list[Finding]:
-    late = _lateness(inputs)
     step_s = _median_step_s(inputs)
-    if not late or not step_s:
+    if not step_s:
         return []
-    # The lower median: with two ranks the plain median is halfway to the straggler.
-    baseline = statistics.median_low(late.values())
-    # The typical rank's lateness is the arrival jitter of this job (scheduling noise,
-    # shared CPUs, uneven batches); a straggler must stand out from it, not only from
-    # the step time, or a busy but healthy job has a "straggler" every run.
-    bar = max(MIN_SCORE * step_s, MIN_LATENESS_S, JITTER_FACTOR * baseline)
-    slow = {r: v - baseline for r, v in late.items() if v - baseline >= bar}
-    return [_finding(inputs, r, extra, step_s) for r, extra in sorted(slow.items())]
+    flagged = _late_ranks(inputs, step_s)
+    # A pipeline stage waiting on a slow neighbour arrives late too, but it did not
+    # compute longer than its own replicas: when some late rank did, that one is the
+    # straggler and the others are waiting on it.
+    work = {r: _work_excess(inputs, r, peers) for r, (extra, peers) in flagged.items()}
+    causes = {r for r, (extra, _) in flagged.items() if work[r] >= 0.5 * extra}
+    return [_finding(inputs, r, extra, step_s, peers, victim=bool(causes) and r not in causes)
+            for r, (extra, peers) in sorted(flagged.items())]
 
 
-def _lateness(inputs: Inputs) -> dict[int, float]:
+def _late_ranks(inputs: Inputs, step_s: float) -> dict[int, tuple[float, list[int]]]:
+    """rank -> (its lateness beyond its group's typical rank, that group's other ranks),
+    over every group that syncs often enough: the world group under DDP and ZeRO, the
+    data-parallel groups of a pipeline (whose world group only meets after the flush)."""
+    flagged: dict[int, tuple[float, list[int]]] = {}
+    for ranks in groups_of(inputs, "events").values():
+        late = _lateness(ranks)
+        if not late:
+            continue
+        # The lower median: with two ranks the plain median is halfway to the straggler.
+        baseline = statistics.median_low(late.values())
+        # The typical rank's lateness is the arrival jitter of this job (scheduling noise,
+        # shared CPUs, uneven batches); a straggler must stand out from it, not only from
+        # the step time, or a busy but healthy job has a "straggler" every run.
+        bar = max(MIN_SCORE * step_s, MIN_LATENESS_S, JITTER_FACTOR * baseline)
+        for r, v in late.items():
+            if v - baseline >= bar and v - baseline > flagged.get(r, (0.0, []))[0]:
+                flagged[r] = (v - baseline, [p for p in late if p != r])
+    return flagged
+
+
+def _lateness(ranks: dict[int, dict[int, CollOp]]) -> dict[int, float]:
     """rank -> median over steps of how far behind the first arrival it reached the
-    world group's collectives. Per step the worst of its collectives counts: a step's
-    later collectives follow a sync and show nobody late."""
-    groups = groups_of(inputs, "events")
-    if not groups:
-        return {}
-    ranks = groups[max(groups, key=lambda g: len(groups[g]))]
+    group's collectives. Per step the worst of its collectives counts: a step's later
+    collectives follow a sync and show nobody late."""
     if len(ranks) < 2:
         return {}
     per_step: dict[int, dict[int, float]] = {}
@@ -63,6 +80,23 @@ def _lateness(inputs: Inputs) -> dict[int, float]:
     return {r: statistics.median(d[r] for d in delays) for r in ranks}
 
 
+def _work_excess(inputs: Inputs, rank: int, peers: list[int]) -> float:
+    """How much longer the rank's own work takes than its peers', per step (medians):
+    its phases (data, forward, backward, optimizer) less the time it spent inside
+    collectives, which is waiting on others, not work."""
+    mine = _work_median(inputs, rank)
+    theirs = [_work_median(inputs, p) for p in peers if p in inputs.events]
+    return mine - statistics.median(theirs) if theirs else 0.0
+
+
+def _work_median(inputs: Inputs, rank: int) -> float:
+    vals = []
+    for s in inputs.events[rank].of_kind("step"):
+        comm = s.get("comm_s") if isinstance(s.get("comm_s"), (int, float)) else 0.0
+        vals.append(max(0.0, _phase_time(s.get("phases"), None) - comm))
+    return statistics.median(vals) if vals else 0.0
+
+
 def _median_step_s(inputs: Inputs) -> float | None:
     times = [s.get("iter_s") or s.get("dur_s") for log in inputs.events.values()
              for s in log.of_kind("step")]
@@ -71,13 +105,25 @@ def _median_step_s(inputs: Inputs) -> float | None:
 
 
 def _phase_median(inputs: Inputs, rank: int, phase: str) -> float:
-    vals = [s.get("phases", {}).get(phase, 0.0) for s in inputs.events[rank].of_kind("step")]
+    vals = [_phase_time(s.get("phases"), phase) for s in inputs.events[rank].of_kind("step")]
     vals = [v for v in vals if isinstance(v, (int, float))]
     return statistics.median(vals) if vals else 0.0
 
 
-def _finding(inputs: Inputs, rank: int, extra: float, step_s: float) -> Finding:
-    peers = [r for r in inputs.events if r != rank]
+def _phase_time(phases, phase: str | None) -> float:
+    """One phase's time in a step record, or all phases' together (None)."""
+    if not isinstance(phases, dict):
+        return 0.0
+    if phase is not None:
+        return phases.get(phase, 0.0)
+    return sum(v for v in phases.values() if isinstance(v, (int, float)))
+
+
+def _finding(inputs: Inputs, rank: int, extra: float, step_s: float, peers: list[int],
+             victim: bool = False) -> Finding:
+    if victim:
+        return _waiting(inputs, rank, extra, step_s)
+    peers = [r for r in peers if r in inputs.events] or [r for r in inputs.events if r != rank]
     peer_data = statistics.median([_phase_median(inputs, r, "data") for r in peers] or [0.0])
     data_extra = _phase_median(inputs, rank, "data") - peer_data
     data = data_extra >= 0.5 * extra
@@ -103,3 +149,16 @@ def _finding(inputs: Inputs, rank: int, extra: float, step_s: float) -> Finding:
              "OMP_NUM_THREADS oversubscription"),
         detector="stragglers", details={"lateness_s": round(extra, 6), "kind": kind},
     )
+
+
+def _waiting(inputs: Inputs, rank: int, extra: float, step_s: float) -> Finding:
+    log = inputs.events[rank]
+    return Finding(
+        category=Category.STRAGGLER, severity=Severity.INFO, confidence=0.3,
+        title=(f"rank {rank} reaches its collectives {extra * 1000:.1f} ms late but computes "
+               "no longer than its peers: it waits on the straggler"),
+        culprit=Culprit(ranks=(rank,)),
+        evidence=(Evidence(log.path, None, f"median arrival lateness {extra * 1000:.1f} ms; "
+                           f"step {step_s * 1000:.1f} ms"),),
+        fix="see the straggler it waits on", detector="stragglers", root_cause=False,
+        details={"lateness_s": round(extra, 6), "kind": "waiting"})
