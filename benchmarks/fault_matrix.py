@@ -299,6 +299,30 @@ the one link between them; on four it is the throttled node.
     path.write_text(text)
 
 
+def load_outcomes(path: Path) -> tuple[list[Outcome], float]:
+    """The cells of an earlier run's fault_matrix.json, and its wall time."""
+    doc = json.loads(path.read_text())
+    schema.check(doc, schema.FAULT_MATRIX, str(path))
+    cells = [Outcome(Cell(c["fault"], c["mode"], c["nodes"]), c["category_ok"],
+                     c["culprit_ok"], c["top"], c["false_findings"], c["seconds"], c["status"],
+                     c["run_dir"], c.get("notes", [])) for c in doc["cells"]]
+    return cells, doc["seconds"]
+
+
+def report_only(paths: list[Path], doc: Path | None) -> int:
+    """--from: one table over earlier runs (e.g. the 2-node and the 4-node halves)."""
+    outcomes, wall = [], 0.0
+    for path in paths:
+        cells, seconds = load_outcomes(path)
+        outcomes += cells
+        wall += seconds
+    if doc:
+        write_doc(doc, outcomes, wall)
+    print(table(outcomes))
+    print(json.dumps(headline(outcomes)), file=sys.stderr)
+    return 0 if all(o.ok for o in outcomes) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--modes", default=",".join(MODES))
@@ -311,7 +335,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--doc", type=Path, default=None, help="write the table here "
                         "(e.g. docs/accuracy.md)")
     parser.add_argument("--json", action="store_true", help="print all cells as JSON")
+    parser.add_argument("--from", dest="sources", type=Path, action="append", default=[],
+                        help="run nothing: report the cells of earlier runs' "
+                             "fault_matrix.json (repeatable)")
     args = parser.parse_args(argv)
+    if args.sources:
+        return report_only(args.sources, args.doc)
     faults = args.faults.split(",")
     unknown = [f for f in faults if f not in FAULTS]
     if unknown:

@@ -258,3 +258,34 @@ def test_pipeline_straggler_is_named_and_its_waiting_neighbour_is_not(tmp_path):
     assert finding.details["kind"] == "compute"
     waiting = [f for f in result.findings if f.culprit.ranks == (2,)]
     assert [(f.severity.name, f.root_cause) for f in waiting] == [("INFO", False)]
+
+
+def _pyspy(run_dir, rank: int, frames: list[tuple[str, str]]) -> None:
+    """A py-spy --json dump of the rank's main thread, innermost frame first."""
+    doc = [{"pid": 1000 + rank, "thread_id": 1, "thread_name": "MainThread", "frames": [
+        {"name": name, "filename": path, "short_filename": path.rsplit("/", 1)[-1], "line": 1}
+        for name, path in frames]}]
+    (run_dir / "stacks").mkdir(exist_ok=True)
+    (run_dir / "stacks" / f"rank{rank:05d}.json").write_text(json.dumps(doc))
+
+
+def test_pipeline_hang_blames_the_stopped_stage_not_its_waiting_neighbour(tmp_path):
+    """DP groups "1" = [0, 2] and "2" = [1, 3]. Rank 3 stops in its data loader; rank 2,
+    its pipeline neighbour, blocks in a p2p wait for it and so also never reaches its DP
+    all_reduce: both groups are held up, by different ranks."""
+    ws = [RankWriter(tmp_path, r, 4) for r in range(4)]
+    for w in ws:
+        for step in range(4):
+            w.step_rec(t=T0 + step)
+            w.coll(t=T0 + step + 0.5, group="1" if w.rank in (0, 2) else "2", group_size=2)
+        if w.rank in (0, 1):
+            w.pending(group="1" if w.rank == 0 else "2", span="backward")
+        w.write()
+    site = "/venv/lib/python3.11/site-packages/torch/distributed/pipelining/schedules.py"
+    _pyspy(tmp_path, 2, [("_wait_batch_p2p", site), ("forward_backward", "/work/train.py")])
+    _pyspy(tmp_path, 3, [("read_shard", "/work/data.py"), ("forward_backward", "/work/train.py")])
+    finding, result = top(tmp_path)
+    assert finding.category.value == "rank_hang" and finding.culprit.ranks == (3,)
+    waiting = [f for f in result.findings if f.culprit.ranks == (2,)]
+    assert [f.root_cause for f in waiting] == [False]
+    assert "_wait_batch_p2p" in waiting[0].title

@@ -22,6 +22,19 @@ def pids_by_rank(inputs: Inputs) -> dict[int, int]:
 def stack_evidence(inputs: Inputs, rank: int, frames: int = 4) -> list[Evidence]:
     """The innermost frames of the rank's main thread, from a py-spy JSON dump whose
     file name or pid says it is that rank's."""
+    found = main_stack(inputs, rank)
+    if found is None:
+        return []
+    path, stack = found
+    shown = stack[:frames]
+    user = next((f for f in stack if _is_user_code(f)), None)
+    if user is not None and user not in shown:
+        shown.append(user)
+    return [Evidence(path, None, _frame_text(f)) for f in shown]
+
+
+def main_stack(inputs: Inputs, rank: int) -> tuple[str, list[dict]] | None:
+    """(dump file, the main thread's frames innermost first) of the rank, if dumped."""
     pid = pids_by_rank(inputs).get(rank)
     for doc in inputs.docs_of("pyspy"):
         threads = doc.doc if isinstance(doc.doc, list) else [doc.doc]
@@ -30,13 +43,19 @@ def stack_evidence(inputs: Inputs, rank: int, frames: int = 4) -> list[Evidence]
                 (pid is not None and any(t.get("pid") == pid for t in threads))):
             continue
         main = next((t for t in threads if t.get("thread_name") == "MainThread"), threads[0])
-        stack = [f for f in main.get("frames", []) if isinstance(f, dict)]
-        shown = stack[:frames]
-        user = next((f for f in stack if _is_user_code(f)), None)
-        if user is not None and user not in shown:
-            shown.append(user)
-        return [Evidence(doc.path, None, _frame_text(f)) for f in shown]
-    return []
+        return doc.path, [f for f in main.get("frames", []) if isinstance(f, dict)]
+    return None
+
+
+def comm_wait_frame(inputs: Inputs, rank: int) -> str | None:
+    """The frame a rank is blocked in when that is torch.distributed's own code (a
+    collective, a p2p wait, a store get): it waits on another rank. None otherwise."""
+    found = main_stack(inputs, rank)
+    if not found or not found[1]:
+        return None
+    inner = found[1][0]
+    path = str(inner.get("filename", "")).replace("\\", "/")
+    return _frame_text(inner) if "torch/distributed/" in path else None
 
 
 def blocking_frame(evidence: list[Evidence]) -> Evidence | None:

@@ -7,8 +7,10 @@ are the fallback (and the only source for runs without ddiag's decorator).
 
 from __future__ import annotations
 
-from diag.analyze.detectors.common import (blocking_frame, closed_ranks, exception_ranks,
-                                           stack_evidence)
+from dataclasses import replace
+
+from diag.analyze.detectors.common import (blocking_frame, closed_ranks, comm_wait_frame,
+                                           exception_ranks, stack_evidence)
 from diag.analyze.inputs import Inputs
 from diag.analyze.progress import PENDING, CollOp, group_members, groups_of, heartbeats
 from diag.analyze.types import Category, Culprit, Evidence, Finding, Severity
@@ -20,8 +22,32 @@ def detect(inputs: Inputs) -> list[Finding]:
         found = [f for group, ranks in groups_of(inputs, source).items()
                  for f in _hang_in_group(inputs, source, group, ranks)]
         if found:
-            return found
+            return _follow_waits(inputs, found)
     return []
+
+
+def _follow_waits(inputs: Inputs, found: list[Finding]) -> list[Finding]:
+    """Several groups each held up by a different rank (a pipeline: a stage stops, its
+    neighbour waits on it in a p2p recv and so never reaches its own data-parallel
+    all_reduce). A rank whose stack is inside torch.distributed waits on someone else;
+    when another held-up group's rank is not, that one is the culprit."""
+    culprits = [f for f in found if f.detector == "hangs" and f.root_cause
+                and f.category in (Category.RANK_HANG, Category.TIMEOUT_TOO_SHORT)]
+    if len(culprits) < 2:
+        return found
+    waits = {id(f): [w for r in f.culprit.ranks if (w := comm_wait_frame(inputs, r))]
+             for f in culprits}
+    free = [f for f in culprits if len(waits[id(f)]) < len(f.culprit.ranks)]
+    if not free or len(free) == len(culprits):
+        return found
+    return [_waiting_too(f, waits[id(f)][0]) if f in culprits and f not in free else f
+            for f in found]
+
+
+def _waiting_too(finding: Finding, frame: str) -> Finding:
+    return replace(finding, severity=Severity.ERROR, confidence=0.5, root_cause=False,
+                   title=f"{finding.title.split('; its stack')[0]}; it is itself blocked in "
+                         f"{frame}, waiting on another rank")
 
 
 def _hang_in_group(inputs: Inputs, source: str, group: str,

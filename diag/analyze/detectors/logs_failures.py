@@ -124,7 +124,12 @@ def _on_gpu(sigs: list[Signal]) -> bool:
 
 
 def _sigkilled(idx: SignalIndex) -> list[Signal]:
-    # exit code -9 with nothing else said is most often the kernel's OOM killer
+    # exit code -9 with nothing else said is most often the kernel's OOM killer -- but
+    # not when the step was cancelled (scancel, a time limit, a watcher ending the job):
+    # then Slurm's SIGKILL after the grace period is what "Killed" reports
+    if idx.of("slurm_cancelled"):
+        return [s for s in idx.of("slurm_task_exit")
+                if "Out Of Memory" in s.fields.get("status", "")]
     out = [s for s in idx.of("elastic_failure", "elastic_worker_failed")
            if s.fields.get("exitcode") == -9 or s.fields.get("signal") == "SIGKILL"]
     statuses = ("Killed", "Out Of Memory")

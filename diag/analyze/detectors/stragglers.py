@@ -18,7 +18,7 @@ from diag.analyze.progress import DONE, groups_of
 from diag.analyze.types import Category, Culprit, Evidence, Finding, Severity
 
 WARMUP_SEQS = 3
-MIN_STEPS = 5
+MIN_STEPS = 8         # synchronized steps before anyone is called a straggler
 MIN_SCORE = 0.15      # lateness as a fraction of the step time
 MIN_LATENESS_S = 0.005
 JITTER_FACTOR = 2.0   # excess lateness over the typical rank's own lateness
