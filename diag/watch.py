@@ -13,7 +13,7 @@ collective that others have not reached. So the watcher alarms when
   heartbeat stopped (the process died or froze),
 
 unless the laggard is inside a span the user marked (``diag.span("checkpoint")``) that
-is not a step phase. Stalls with every rank at the same point are reported only after
+is not a step phase, and not blocked in a collective there. Stalls with every rank at the same point are reported only after
 ``same_point_s`` (default 10 x ``stall_s``): that is what an all-rank network stall looks
 like, and also what a long compile looks like.
 """
@@ -126,8 +126,10 @@ class Watcher:
         laggards = tuple(sorted(r for r, b in beats.items() if _key(b) == lowest))
         waiting = tuple(sorted(r for r, b in beats.items() if r not in laggards))
         inside = [r for r, b in beats.items() if b.pending]
-        if any(beats[r].span and beats[r].span not in STEP_PHASES for r in laggards):
-            return None  # a marked checkpoint/eval: a pause, not a hang
+        if any(beats[r].span and beats[r].span not in STEP_PHASES and not beats[r].pending
+               for r in laggards):
+            return None  # a marked checkpoint/eval: a pause, not a hang -- unless the rank
+            # is blocked in a collective there (the rank-0-only barrier in a checkpoint)
         if waiting or inside or dead:
             reason = ("heartbeat stopped" if dead and not waiting else
                       "ranks disagree on progress" if waiting else "stuck inside a collective")

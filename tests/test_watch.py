@@ -43,6 +43,15 @@ def test_marked_pause_on_the_laggard_is_not_a_hang():
     assert feed(Watcher(stall_s=5), paused)[0] is None
 
 
+def test_collective_inside_a_marked_span_is_a_hang():
+    # The rank-0-only barrier in a checkpoint: the span excuses work, not a blocked call.
+    stuck = [[beat(0, 10, 11, t=100 + i),
+              beat(1, 9, 11, span="checkpoint", t=100 + i,
+                   pending={"op": "barrier", "seq": 11})] for i in range(30)]
+    alarm, at = feed(Watcher(stall_s=5), stuck)
+    assert alarm.laggards == (1,) and at == 105.0
+
+
 def test_same_point_stall_waits_for_the_longer_limit():
     # A long first step (compile) looks like this: alive, and nobody moves.
     same = [[beat(0, 0, 0, t=100 + i), beat(1, 0, 0, t=100 + i)] for i in range(30)]
