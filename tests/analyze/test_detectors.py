@@ -289,3 +289,32 @@ def test_pipeline_hang_blames_the_stopped_stage_not_its_waiting_neighbour(tmp_pa
     waiting = [f for f in result.findings if f.culprit.ranks == (2,)]
     assert [f.root_cause for f in waiting] == [False]
     assert "_wait_batch_p2p" in waiting[0].title
+
+
+def test_nan_passed_down_a_pipeline_is_blamed_on_its_origin(tmp_path):
+    """Rank 3 (last stage) makes the NaN; its backward hands it to rank 2 (first stage);
+    both then feed it into their data-parallel all_reduce in the same step."""
+    for w in healthy(tmp_path):
+        bad = {"param": "embed.weight", "kind": "nan"}
+        if w.rank == 3:
+            w.step_rec(loss="nan", nonfinite=bad, sent_nonfinite={"op": "all_reduce", "seq": 9})
+        elif w.rank == 2:
+            w.step_rec(loss=None, nonfinite=bad, sent_nonfinite={"op": "all_reduce", "seq": 9})
+        else:
+            w.step_rec(loss=None if w.rank == 0 else 1.0, nonfinite=bad)
+        w.write()
+    finding, _ = top(tmp_path)
+    assert finding.category.value == "nan_inf" and finding.culprit.ranks == (3,)
+
+
+def test_nan_sent_first_in_time_wins_when_sends_are_timed(tmp_path):
+    for w in healthy(tmp_path):
+        if w.rank in (1, 2):  # rank 2's forward send reached rank 1, whose loss went NaN
+            w.step_rec(loss="nan" if w.rank == 1 else None,
+                       sent_nonfinite={"op": "isend" if w.rank == 2 else "all_reduce",
+                                       "seq": 4, "t": T0 + (1 if w.rank == 2 else 2)})
+        else:
+            w.step_rec(loss=1.0)
+        w.write()
+    finding, _ = top(tmp_path)
+    assert finding.culprit.ranks == (2,)

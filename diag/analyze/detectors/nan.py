@@ -3,8 +3,9 @@
 After one all_reduce a NaN is on every rank, so the rank that matters is the one that
 was non-finite first: the earliest step with any non-finite loss or gradient, and at
 that step the ranks that fed a NaN/Inf into a reduction (the decorator checks inputs of
-all_reduce/reduce_scatter before the call), else those whose own loss was non-finite
-(their forward produced it), else those whose gradients were.
+all_reduce/reduce_scatter before the call) -- the earliest of them, or the one whose own
+loss was non-finite, when a pipeline passed it on -- else those whose own loss was
+non-finite (their forward produced it), else those whose gradients were.
 """
 
 from __future__ import annotations
@@ -21,9 +22,8 @@ def detect(inputs: Inputs) -> list[Finding]:
         return []
     first_step = min(h["step"] for h in hits)
     at_first = [h for h in hits if h["step"] == first_step]
-    by_sent = sorted({h["rank"] for h in at_first if h["sent"]})
     by_loss = sorted({h["rank"] for h in at_first if h["loss"]})
-    culprits = by_sent or by_loss or sorted({h["rank"] for h in at_first})
+    culprits = _senders(at_first, by_loss) or by_loss or sorted({h["rank"] for h in at_first})
     everyone = len(culprits) == len(inputs.events) > 1
     param = next((h["param"] for h in at_first if h["param"] and h["rank"] in culprits), None)
     return [Finding(
@@ -41,6 +41,20 @@ def detect(inputs: Inputs) -> list[Finding]:
         detector="nan", first_seen=min(h["t"] or 0 for h in at_first) or None,
         details={"step": first_step, "param": param},
     )]
+
+
+def _senders(at_first: list[dict], by_loss: list[int]) -> list[int]:
+    """The ranks that fed a NaN/Inf to others first. Under pipeline parallelism the
+    receiving stage sends it on too (into its own data-parallel reduction): the earliest
+    send is the origin when sends carry their time, else the sender whose own loss was
+    non-finite."""
+    sent = [h for h in at_first if h["sent"]]
+    timed = [h for h in sent if isinstance(h["sent"].get("t"), (int, float))]
+    if timed and len(timed) == len(sent):
+        first = min(h["sent"]["t"] for h in timed)
+        return sorted({h["rank"] for h in timed if h["sent"]["t"] == first})
+    ranks = sorted({h["rank"] for h in sent})
+    return [r for r in ranks if r in by_loss] or ranks
 
 
 def _hits(rank: int, log) -> list[dict]:
