@@ -18,6 +18,11 @@ from diag import schema
 
 PILOT_BYTES = 1 << 20
 PINGS = 10
+# A link is also slow when it delivers under this share of the slower end's interface
+# speed: with two nodes there is no other link to compare with, and when every link is
+# slow the median is too. A twentieth leaves room for TCP over a fast NIC (one stream
+# rarely fills 100G) while 200 Mbit/s on a 10G port is 2%.
+NOMINAL_RATIO = 0.05
 
 
 def round_robin(n: int) -> list[list[tuple[int, int]]]:
@@ -46,11 +51,17 @@ class Link:
     """Receiver's time from the go message to the last byte."""
     latency_us: float
     """Half the median round trip of a 4-byte message."""
+    nominal_gbit_per_s: float | None = None
+    """The slower end's interface speed (sysfs), when both ends report one."""
 
     @property
     def gbit_per_s(self) -> float:
         """Payload rate in Gbit/s (10^9 bits per second)."""
         return self.bytes * 8 / self.seconds / 1e9 if self.seconds > 0 else 0.0
+
+    def below_nominal(self) -> bool:
+        return bool(self.nominal_gbit_per_s) and \
+            self.gbit_per_s < NOMINAL_RATIO * self.nominal_gbit_per_s
 
 
 @dataclass(frozen=True)
@@ -72,17 +83,20 @@ class LinkReport:
         return {**schema.stamp(schema.PROBE_LINKS), "backend": self.backend,
                 "nodes": list(self.nodes), "seconds": round(self.seconds, 3),
                 "median_gbit_per_s": self.median_gbit_per_s, "slow_ratio": self.slow_ratio,
+                "nominal_ratio": NOMINAL_RATIO,
                 "slow_links": [list(p) for p in self.slow_links],
                 "slow_nodes": list(self.slow_nodes),
                 "links": [{**asdict(link), "gbit_per_s": link.gbit_per_s,
-                           "slow": (link.src, link.dst) in slow} for link in self.links]}
+                           "slow": (link.src, link.dst) in slow,
+                           "below_nominal": link.below_nominal()} for link in self.links]}
 
 
 def analyze(nodes: Sequence[str], links: Sequence[Link], slow_ratio: float = 0.5,
             backend: str = "gloo", seconds: float = 0.0) -> LinkReport:
     rates = [link.gbit_per_s for link in links]
     median = statistics.median(rates) if rates else 0.0
-    slow = tuple((x.src, x.dst) for x in links if x.gbit_per_s < slow_ratio * median)
+    slow = tuple((x.src, x.dst) for x in links
+                 if x.gbit_per_s < slow_ratio * median or x.below_nominal())
     return LinkReport(tuple(nodes), tuple(links), median, slow_ratio, slow,
                       slow_nodes(nodes, links, slow), backend, seconds)
 
@@ -189,7 +203,8 @@ def play_rounds(group, target_s: float, max_bytes: int) -> list[dict]:
                 sender = me == pair[0]
                 peer = ranks[pair[1] if sender else pair[0]]
                 part = measure_pair(group, peer, sender, target_s, max_bytes)
-                mine.append({"src": nodes[pair[0]], "dst": nodes[pair[1]], **part})
+                mine.append({"src": nodes[pair[0]], "dst": nodes[pair[1]], **part,
+                             f"{'src' if sender else 'dst'}_nic_gbit": nic_gbit_per_s()})
             dist.barrier()  # rounds must not overlap: each link is measured alone
     return mine
 
@@ -215,5 +230,46 @@ def join(parts: list[list[dict]]) -> list[Link]:
     for part in parts:
         for half in part or ():
             halves.setdefault((half["src"], half["dst"]), {}).update(half)
-    return [Link(h["src"], h["dst"], h["bytes"], h["seconds"], h.get("latency_us", 0.0))
+    return [Link(h["src"], h["dst"], h["bytes"], h["seconds"], h.get("latency_us", 0.0),
+                 _slower(h.get("src_nic_gbit"), h.get("dst_nic_gbit")))
             for h in halves.values() if "bytes" in h]
+
+
+def _slower(a: float | None, b: float | None) -> float | None:
+    return min(a, b) if a and b else None
+
+
+def nic_gbit_per_s() -> float | None:
+    """This node's speed of the interface traffic to other nodes leaves by: the one the
+    backend binds (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME, first name), else the route
+    to the store's host. None when the driver does not say (virtual, IB, not Linux)."""
+    import os
+
+    iface = (os.environ.get("GLOO_SOCKET_IFNAME") or os.environ.get("NCCL_SOCKET_IFNAME")
+             or "").split(",")[0].lstrip("^=")
+    if not iface and os.environ.get("MASTER_ADDR"):
+        from diag.checkenv.collect import route
+
+        iface = route(os.environ["MASTER_ADDR"]).dev or ""
+    mbit = _ethtool_speed_mbit(iface) if iface else None
+    return mbit / 1000 if mbit else None
+
+
+def _ethtool_speed_mbit(iface: str) -> int | None:
+    """The link speed the driver reports, through the ETHTOOL_GSET ioctl: it answers for
+    this process's network namespace, where sysfs may show the host's devices."""
+    import array
+    import fcntl
+    import socket
+    import struct
+
+    cmd = array.array("B", struct.pack("I", 1) + bytes(40))  # ETHTOOL_GSET, struct ethtool_cmd
+    request = struct.pack("16sP", iface.encode()[:15], cmd.buffer_info()[0])
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            fcntl.ioctl(sock, 0x8946, request)  # SIOCETHTOOL
+    except OSError:
+        return None
+    raw = cmd.tobytes()
+    speed = struct.unpack_from("H", raw, 12)[0] | struct.unpack_from("H", raw, 28)[0] << 16
+    return speed if 0 < speed < 0xFFFFFFFF else None

@@ -103,3 +103,24 @@ def test_compute_flags_ranks_below_the_median():
     assert report.slow_ranks == (5,)
     assert ranks[0].tflops == pytest.approx(2 * 1000**3 * 10 / 0.02 / 1e12)
     assert report.to_json()["format"] == "ddiag.probe_compute"
+
+
+def test_two_nodes_slow_link_is_judged_against_the_interface_speed():
+    """One link has no peer to compare with: 190 Mbit/s on 10 Gbit/s ports is slow,
+    5 Gbit/s (TCP on a busy host) is not, and without a known speed nothing is said."""
+    slow = [Link("a", "b", int(0.19e9 / 8), 1.0, 1.0, 10.0),
+            Link("b", "a", int(0.19e9 / 8), 1.0, 1.0, 10.0)]
+    report = links.analyze(["a", "b"], slow)
+    assert sorted(report.slow_links) == [("a", "b"), ("b", "a")] and report.slow_nodes == ()
+    assert all(x["below_nominal"] for x in report.to_json()["links"])
+    fine = [Link("a", "b", int(5e9 / 8), 1.0, 1.0, 10.0), Link("b", "a", int(5e9 / 8), 1.0, 1.0)]
+    assert links.analyze(["a", "b"], fine).slow_links == ()
+    unknown = [Link("a", "b", int(0.19e9 / 8), 1.0, 1.0), Link("b", "a", int(0.19e9 / 8), 1.0, 1.0)]
+    assert links.analyze(["a", "b"], unknown).slow_links == ()
+
+
+def test_join_takes_the_slower_ends_interface_speed():
+    joined = links.join([[{"src": "a", "dst": "b", "latency_us": 80.0, "src_nic_gbit": 100.0}],
+                         [{"src": "a", "dst": "b", "bytes": 100, "seconds": 1.0,
+                           "dst_nic_gbit": 10.0}]])
+    assert joined[0].nominal_gbit_per_s == 10.0

@@ -1,7 +1,7 @@
 """Slow links from ``ddiag probe links`` results found in the input.
 
-The probe already judged the matrix (a link below half the median is slow; a node all
-of whose links are slow is the culprit, since its own NIC, cable or port is the common
+The probe already judged the matrix (a link below half the median, or below a twentieth
+of its interfaces' speed, is slow; a node all of whose links are slow is the culprit, since its own NIC, cable or port is the common
 factor). This turns its verdict into findings with the measured rates as evidence.
 """
 
@@ -54,9 +54,13 @@ def _node_finding(path: str, node: str, slow: list[dict], median: float) -> Find
 
 def _link_finding(path: str, link: dict, median: float) -> Finding:
     src, dst = str(link.get("src")), str(link.get("dst"))
+    nominal = link.get("nominal_gbit_per_s")
+    against = (f"{(link.get('gbit_per_s') or 0) / nominal:.0%} of its {nominal:g} Gbit/s "
+               "interfaces" if link.get("below_nominal") and nominal
+               else f"median {median:.2f} Gbit/s")
     return Finding(
         category=Category.SLOW_LINK, severity=Severity.ERROR, confidence=0.8,
-        title=f"link {src} -> {dst} runs at {_rate(link)}, median {median:.2f} Gbit/s",
+        title=f"link {src} -> {dst} runs at {_rate(link)}, {against}",
         culprit=Culprit(hosts=(src, dst), link=(src, dst)), evidence=_evidence(path, [link]),
         fix=f"check the path between {src} and {dst}: both NICs, the switch ports between "
             "them, and routing (`ip route get`)",
