@@ -318,3 +318,26 @@ def test_nan_sent_first_in_time_wins_when_sends_are_timed(tmp_path):
         w.write()
     finding, _ = top(tmp_path)
     assert finding.culprit.ranks == (2,)
+
+
+def test_extra_collective_in_a_pipeline_is_found_across_groups(tmp_path):
+    """Rank 3 enters a barrier on the world group that nobody else issues; its DP peer
+    (rank 1) waits for it in their all_reduce, rank 2 waits on it through the pipeline,
+    and rank 0 waits for rank 2. No group shows two ops at one seq, yet rank 3 is alone
+    in a collective the world group never ran before."""
+    ws = [RankWriter(tmp_path, r, 4) for r in range(4)]
+    dp = {0: "1", 2: "1", 1: "2", 3: "2"}
+    for w in ws:
+        for step in range(4):
+            w.step_rec(t=T0 + step)
+            w.coll(t=T0 + step + 0.5, group=dp[w.rank], group_size=2)
+            w.coll(t=T0 + step + 0.6, numel=1, group="0", group_size=4)
+        if w.rank == 3:
+            w.pending(op="barrier", group="0", span="checkpoint")
+        elif w.rank in (0, 1):
+            w.pending(group=dp[w.rank], span="backward")
+        w.write()
+    finding, result = top(tmp_path)
+    assert finding.category.value == "collective_mismatch" and finding.culprit.ranks == (3,)
+    assert "barrier" in finding.title
+    assert [f.culprit.ranks for f in result.findings if f.root_cause] == [(3,)]

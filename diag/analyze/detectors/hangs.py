@@ -22,8 +22,74 @@ def detect(inputs: Inputs) -> list[Finding]:
         found = [f for group, ranks in groups_of(inputs, source).items()
                  for f in _hang_in_group(inputs, source, group, ranks)]
         if found:
-            return _follow_waits(inputs, found)
+            return _follow_waits(inputs, _lone_collectives(inputs, source, found))
     return []
+
+
+def _lone_collectives(inputs: Inputs, source: str, found: list[Finding]) -> list[Finding]:
+    """A rank that holds a group up while it sits in a collective of another group that
+    no other member has reached issued a collective the others never will (a barrier
+    inside `if rank == ...`, an extra all_reduce): that is the cause, and the groups
+    stuck behind it are its victims."""
+    groups = groups_of(inputs, source)
+    lone = {}
+    for f in found:
+        if f.detector == "hangs" and f.root_cause and f.category in (
+                Category.RANK_HANG, Category.TIMEOUT_TOO_SHORT):
+            for r in f.culprit.ranks:
+                if (op := _alone_in(groups, r)) is not None:
+                    lone[r] = (op, f)
+    if not lone:
+        return found
+    out = [_lone_finding(inputs, r, op, f) for r, (op, f) in sorted(lone.items())]
+    return out + [replace(f, root_cause=False, severity=Severity.ERROR, confidence=0.5)
+                  if f.root_cause and f.detector == "hangs" else f for f in found]
+
+
+def _alone_in(groups: dict[str, dict[int, dict[int, CollOp]]], rank: int) -> CollOp | None:
+    """The collective the rank is inside that every other member of its group is behind
+    of, and that the group never ran before. A training loop repeats its collectives
+    step after step: a rank waiting in the group's usual all_reduce for a slow peer is
+    not alone in anything new; a barrier nobody else ever issued is."""
+    for ranks in groups.values():
+        mine = ranks.get(rank)
+        if not mine or len(ranks) < 2:
+            continue
+        last = max(mine)
+        op = mine[last]
+        earlier = [o for seqs in ranks.values() for s, o in seqs.items() if s < last]
+        if op.state == PENDING and not any(_same_kind(op, o) for o in earlier) and all(
+                max(seqs, default=0) < last for r, seqs in ranks.items() if r != rank):
+            return op
+    return None
+
+
+def _same_kind(a: CollOp, b: CollOp) -> bool:
+    """Same op and input size where both are known (a heartbeat's pending row may lack
+    the size, and has no output side yet)."""
+    return a.op == b.op and (a.in_numel is None or b.in_numel is None
+                             or a.in_numel == b.in_numel)
+
+
+def _lone_finding(inputs: Inputs, rank: int, op: CollOp, held: Finding) -> Finding:
+    stacks = stack_evidence(inputs, rank)
+    others = (held.details or {}).get("waiting") or []
+    missed = (held.details or {}).get("missed_seq")
+    instead = (f" instead of the collective #{missed} of group {held.details.get('group')} "
+               f"that rank{'s' if len(others) > 1 else ''} {_ranks(others)} "
+               f"wait{'' if len(others) > 1 else 's'} in"
+               if missed is not None and others else "")
+    return Finding(
+        category=Category.COLLECTIVE_MISMATCH, severity=Severity.CRITICAL, confidence=0.85,
+        title=(f"rank {rank} is inside {op.op} #{op.seq} (group {op.group}), which no other "
+               f"rank issued{instead}"),
+        culprit=Culprit(ranks=(rank,), hosts=_hosts(inputs, [rank])),
+        evidence=(op.evidence, *held.evidence[:2], *stacks[:4]),
+        fix=(f"rank {rank} runs a collective the others do not: look for a collective under "
+             "a rank-dependent branch (e.g. a barrier or all_reduce inside `if rank == 0:` "
+             "such as a checkpoint save or logging) and run it on every rank of the group, "
+             "or on none"),
+        detector="hangs", details={"group": op.group, "seq": op.seq, "op": op.op})
 
 
 def _follow_waits(inputs: Inputs, found: list[Finding]) -> list[Finding]:
