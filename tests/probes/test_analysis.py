@@ -124,3 +124,10 @@ def test_join_takes_the_slower_ends_interface_speed():
                          [{"src": "a", "dst": "b", "bytes": 100, "seconds": 1.0,
                            "dst_nic_gbit": 10.0}]])
     assert joined[0].nominal_gbit_per_s == 10.0
+
+
+def test_best_of_keeps_each_links_faster_reading():
+    first = [Link("a", "b", int(1.4e9 / 8), 1.0, 1.0), Link("b", "a", int(4e9 / 8), 1.0, 1.0)]
+    again = [Link("a", "b", int(4.1e9 / 8), 1.0, 1.0)]
+    best = links.best_of(first, again)
+    assert [round(x.gbit_per_s, 1) for x in best] == [4.1, 4.0]

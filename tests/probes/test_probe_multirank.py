@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.util import run, torchrun_cmd
+from tests.util import quiet_env, run, torchrun_cmd
 
 LINKS_JOB = Path(__file__).with_name("links_job.py")
 
@@ -27,6 +27,14 @@ def test_links_three_ranks_measure_all_six_directions():
         ("n0", "n1"), ("n0", "n2"), ("n1", "n0"), ("n1", "n2"), ("n2", "n0"), ("n2", "n1")]
     assert all(x["gbit_per_s"] > 0 and x["latency_us"] > 0 and x["bytes"] >= 1 << 20
                for x in doc["links"])
+
+
+def test_suspect_links_are_measured_again_and_keep_the_better_reading():
+    res = run(torchrun_cmd(2, LINKS_JOB), timeout=120, env=quiet_env(LINKS_SLOW_RATIO="10"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    [doc] = [json.loads(x) for x in res.stdout.splitlines() if x.startswith("{")]
+    assert sorted((x["src"], x["dst"]) for x in doc["links"]) == [("n0", "n1"), ("n1", "n0")]
+    assert all(x["slow"] and x["gbit_per_s"] > 0 for x in doc["links"])
 
 
 def test_collectives_sweep_through_the_cli(tmp_path):
