@@ -3,8 +3,9 @@
 In synchronous training every rank leaves a collective together, so the time each rank
 *arrives* at the next one measures its own work: the fast ranks arrive early and wait,
 the straggler arrives last. Arrival lateness is measured against the first rank to
-arrive at each collective and summarised by its median, so the ranks that merely wait
-are never blamed. The straggler's data-phase time against its peers' then says whether
+arrive at each collective and summarised by its lower quartile over steps (late at three
+steps in four), so the ranks that merely wait are never blamed and scheduling noise that
+makes a rank late now and then is not a straggler. The straggler's data-phase time against its peers' then says whether
 it is slow loading data or slow computing.
 """
 
@@ -19,7 +20,7 @@ from diag.analyze.types import Category, Culprit, Evidence, Finding, Severity
 
 WARMUP_SEQS = 3
 MIN_STEPS = 8         # synchronized steps before anyone is called a straggler
-MIN_SCORE = 0.15      # lateness as a fraction of the step time
+MIN_SCORE = 0.25      # lateness as a fraction of the step time
 MIN_LATENESS_S = 0.005
 JITTER_FACTOR = 2.0   # excess lateness over the typical rank's own lateness
 
@@ -60,8 +61,8 @@ def _late_ranks(inputs: Inputs, step_s: float) -> dict[int, tuple[float, list[in
 
 
 def _lateness(ranks: dict[int, dict[int, CollOp]]) -> dict[int, float]:
-    """rank -> median over steps of how far behind the first arrival it reached the
-    group's collectives. Per step the worst of its collectives counts: a step's later
+    """rank -> how far behind the first arrival it reached the group's collectives, at
+    three steps in four (the lower quartile over steps). Per step the worst of its collectives counts: a step's later
     collectives follow a sync and show nobody late."""
     if len(ranks) < 2:
         return {}
@@ -77,7 +78,13 @@ def _lateness(ranks: dict[int, dict[int, CollOp]]) -> dict[int, float]:
     delays = [d for d in per_step.values() if len(d) == len(ranks)]
     if len(delays) < MIN_STEPS:
         return {}
-    return {r: statistics.median(d[r] for d in delays) for r in ranks}
+    return {r: _lower_quartile([d[r] for d in delays]) for r in ranks}
+
+
+def _lower_quartile(values: list[float]) -> float:
+    """A straggler is late at three steps in four or more; scheduling noise makes a rank
+    late now and then, which moves the median but not the lower quartile."""
+    return sorted(values)[len(values) // 4]
 
 
 def _work_excess(inputs: Inputs, rank: int, peers: list[int]) -> float:
