@@ -7,10 +7,10 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from diag.analyze.inputs import Inputs, load
-from diag.analyze.types import Finding, Severity
+from diag.analyze.types import Category, Finding, Severity
 from diag.events import Problem
 
 ANALYSIS_FORMAT = "ddiag.analysis"
@@ -51,6 +51,18 @@ def rank_findings(findings: list[Finding]) -> list[Finding]:
                                            f.first_seen if f.first_seen else far_future))
 
 
+def after_mismatch(findings: list[Finding]) -> list[Finding]:
+    """Once ranks disagree on a collective (its op or its sizes), the group is broken:
+    gloo reads past the buffer or waits forever, so every hang after it follows from it.
+    The hangs are kept as symptoms."""
+    broken = any(f.root_cause and f.severity >= Severity.CRITICAL and f.category in (
+        Category.SHAPE_MISMATCH, Category.COLLECTIVE_MISMATCH) for f in findings)
+    if not broken:
+        return findings
+    return [replace(f, root_cause=False) if f.root_cause and f.category in (
+        Category.RANK_HANG, Category.TIMEOUT_TOO_SHORT) else f for f in findings]
+
+
 def run_detectors(inputs: Inputs) -> tuple[list[Finding], list[str]]:
     from diag.analyze.detectors import DETECTORS
 
@@ -80,5 +92,5 @@ def analyze(path) -> Analysis:
     start = time.monotonic()
     inputs = load(path)
     findings, errors = run_detectors(inputs)
-    return Analysis(str(path), rank_findings(findings), inputs.problems, sources_of(inputs),
+    return Analysis(str(path), rank_findings(after_mismatch(findings)), inputs.problems, sources_of(inputs),
                     missing_ranks(inputs), time.monotonic() - start, errors, inputs)

@@ -341,3 +341,31 @@ def test_extra_collective_in_a_pipeline_is_found_across_groups(tmp_path):
     assert finding.category.value == "collective_mismatch" and finding.culprit.ranks == (3,)
     assert "barrier" in finding.title
     assert [f.culprit.ranks for f in result.findings if f.root_cause] == [(3,)]
+
+
+def test_hang_after_a_shape_mismatch_is_its_symptom(tmp_path):
+    ws = [RankWriter(tmp_path, r, 3) for r in range(3)]
+    for w in ws:
+        w.step_rec()
+        w.coll(numel=2 if w.rank == 2 else 1)  # rank 2 disagrees on the size
+        if w.rank != 2:
+            w.coll()
+            w.pending()  # the others went on; rank 2 is stuck after the bad all_reduce
+        w.write()
+    finding, result = top(tmp_path)
+    assert finding.category.value == "shape_mismatch" and finding.culprit.ranks == (2,)
+    assert [f.category.value for f in result.findings if f.root_cause] == ["shape_mismatch"]
+
+
+def test_a_wrong_variable_is_not_also_reported_as_differing(tmp_path):
+    """check-env: GLOO_SOCKET_IFNAME=eth9 fails on node2; that it differs from node1's
+    eth0 restates the same fault."""
+    from diag.analyze.detectors.env_snapshots import _restates
+    from diag.checkenv.types import fail, warn
+
+    wrong = fail("net.gloo_ifname", "no such interface eth9", "fix", nodes=("node2",),
+                 env_var="GLOO_SOCKET_IFNAME")
+    differs = warn("cross.env", "GLOO_SOCKET_IFNAME differs", "fix", nodes=("node2",),
+                   env_var="GLOO_SOCKET_IFNAME")
+    other = warn("cross.env", "NCCL_ALGO differs", "fix", nodes=("node2",), env_var="NCCL_ALGO")
+    assert _restates(differs, [wrong, differs, other]) and not _restates(other, [wrong, other])

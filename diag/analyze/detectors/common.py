@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from diag.analyze.inputs import RANK_IN_NAME, Inputs
 from diag.analyze.types import Evidence
 
@@ -68,9 +70,16 @@ _LIBRARY_PATHS = ("/lib/python", "site-packages", "dist-packages", "<frozen")
 _USER_MARK = " <- user code"
 
 
+# ddiag's own wrappers sit between the user's call and torch's; they are not where the
+# user's program is stuck, wherever ddiag is installed from.
+_OWN_FRAMES = re.compile(r"[/\\]diag[/\\](collectives|instrument|eventlog|flight_recorder|"
+                         r"metrics)\.py$")
+
+
 def _is_user_code(frame: dict) -> bool:
     filename = str(frame.get("filename", ""))
-    return bool(filename) and not any(p in filename for p in _LIBRARY_PATHS)
+    return bool(filename) and not any(p in filename for p in _LIBRARY_PATHS) \
+        and not _OWN_FRAMES.search(filename)
 
 
 def _frame_text(frame: dict) -> str:

@@ -52,7 +52,17 @@ def detect(inputs: Inputs) -> list[Finding]:
     paths = {**launch_paths, **paths}
     bad = [r for r in report.results if r.status in SEVERITY]
     causes = any(r.status is Status.FAIL and r.check not in SYMPTOMS for r in bad)
-    return [finding(r, paths, root_cause=not (causes and r.check in SYMPTOMS)) for r in bad]
+    return [finding(r, paths, root_cause=not (causes and r.check in SYMPTOMS)
+                    and not _restates(r, bad)) for r in bad]
+
+
+def _restates(result: CheckResult, bad: list[CheckResult]) -> bool:
+    """A variable that differs across nodes because it is wrong on one of them: the
+    failed check on those nodes is the cause, the difference says it again."""
+    return result.check == "cross.env" and any(
+        other.status is Status.FAIL and other.check != "cross.env"
+        and other.env_var == result.env_var and set(other.nodes) & set(result.nodes)
+        for other in bad)
 
 
 def _rendezvous(inputs: Inputs) -> tuple[list[CheckResult], dict[int, str]]:
