@@ -278,8 +278,10 @@ def write_doc(path: Path, outcomes: list[Outcome], wall_s: float,
               rerun: list[str] | None = None) -> None:
     h = headline(outcomes)
     again = (f"\n{len(rerun)} cells were run again after the detector fixes they showed "
-             f"were needed (the table holds the re-run): {', '.join(sorted(rerun))}.\n"
-             if rerun else "")
+             f"were needed (the table holds the re-run): {', '.join(sorted(rerun))}. "
+             "A table merged from several runs spans several commits: one pass of the "
+             "whole matrix (`python benchmarks/fault_matrix.py --doc docs/accuracy.md`) "
+             "measures one.\n" if rerun else "")
     text = f"""# Accuracy: the fault matrix
 
 Measured by `python benchmarks/fault_matrix.py` on the lab (4 nodes in network namespaces
@@ -303,6 +305,11 @@ with tbf; env_iface sets `GLOO_SOCKET_IFNAME=eth9` on the last node; env_skew se
 the one link between them; on four it is the throttled node.
 
 {table(outcomes)}
+
+A CI subset (`tests/lab/test_fault_matrix_lab.py`: one cell per fault kind and a healthy
+baseline, on two nodes, spread over the three modes) runs in every `make test`. The
+cells' JSON is kept in `benchmarks/results/`; `--from FILE` (repeatable) rebuilds this
+page from it without running anything.
 """
     path.write_text(text)
 
