@@ -169,9 +169,33 @@ def verdict(result: ScaleTestResult) -> str:
         return base + (f"; but stage {found[0]}: {found[1]}" if found else "")
     i = [r.stage for r in result.stages].index(result.cliff_stage)
     before, after = result.efficiency[i - 1], result.efficiency[i]
-    why = _top(result, result.cliff_stage) or "no finding explains it"
+    why = (_top(result, result.cliff_stage) or _compute_fell(result.stages[i - 1],
+                                                             result.stages[i])
+           or "no finding explains it")
+    later = next(((r.stage, t) for r in result.stages[i + 1:] if (t := _top(result, r.stage))),
+                 None)
     return (f"efficiency {before:.2f} -> {after:.2f} between stages "
-            f"{result.stages[i - 1].stage} and {result.cliff_stage}: {why}")
+            f"{result.stages[i - 1].stage} and {result.cliff_stage}: {why}"
+            + (f"; and stage {later[0]}: {later[1]}" if later else ""))
+
+
+def _compute_fell(before: StageRun, after: StageRun, ratio: float = 0.75) -> str | None:
+    """Weak scaling assumes each rank keeps its own processor. When the compute probe's
+    per-rank matmul rate falls as ranks are added, they share one (oversubscribed
+    cores, two jobs on one GPU), and the efficiency falls with it, not with the job."""
+    rate = [_median_tflops(run) for run in (before, after)]
+    if None in rate or rate[1] >= ratio * rate[0]:
+        return None
+    return (f"per-rank compute fell {rate[0]:.3f} -> {rate[1]:.3f} TFLOP/s (probe compute): "
+            "the ranks share processors, so each does less work per second as more are "
+            "added")
+
+
+def _median_tflops(run: StageRun) -> float | None:
+    probes = next((s.doc for s in run.steps if s.name == "probes" and s.doc), None) or {}
+    ranks = (probes.get("probes", {}).get("compute") or {}).get("ranks", [])
+    rates = sorted(r["tflops"] for r in ranks if isinstance(r.get("tflops"), (int, float)))
+    return rates[len(rates) // 2] if rates else None
 
 
 def _top(result: ScaleTestResult, stage: int) -> str | None:
