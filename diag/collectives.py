@@ -55,6 +55,8 @@ SPECS: dict[str, tuple] = {
     "send_object_list": (None, None, (2, "group"), (1, "dst")),
     "recv_object_list": (None, None, (2, "group"), (1, "src")),
 }
+# What the heartbeat says about the collective a rank is inside (the hang watcher's clue).
+PENDING_FIELDS = ("op", "group", "seq", "t", "in_numel", "in_dtype", "in_shape")
 P2P_OPS = frozenset({"send", "recv", "isend", "irecv", "send_object_list", "recv_object_list"})
 # Reductions mix every rank's values: a NaN sent into one is on all ranks afterwards, so
 # the check for who sent it must look at the input before the call.
@@ -168,14 +170,32 @@ class CollectiveRecorder:
             if peer_at is not None:
                 record["root"] = _arg(args, kwargs, peer_at)
         inputs = tensors_of(_arg(args, kwargs, in_at))
-        record.update(describe(inputs, "in"))
+        described = describe(inputs, "in")
+        record.update(described)
         if self.check_finite and op in REDUCTIONS:
             self._queue_finite_check(op, record["seq"], inputs)
-        record.update(describe(tensors_of(_arg(args, kwargs, out_at)), "out"))
-        self.pending = {"op": op, "group": info.name, "seq": record["seq"], "t": record["t"],
-                        **{k: record[k] for k in ("in_numel", "in_dtype", "in_shape")
-                           if k in record}}
+        if out_at == in_at:  # in place (all_reduce, broadcast, reduce): the same tensors
+            record.update({_IN_TO_OUT[k]: v for k, v in described.items()})
+        else:
+            record.update(describe(tensors_of(_arg(args, kwargs, out_at)), "out"))
+        self.pending = record
         return record, group if group is not None else dist.group.WORLD
+
+    def in_flight(self) -> dict | None:
+        """The collective this rank is inside now, for the heartbeat. Training keeps only
+        a reference to the record; the heartbeat's thread picks the fields."""
+        record = self.pending
+        if record is None:
+            return None
+        return {k: record[k] for k in PENDING_FIELDS if k in record}
+
+    def last_done(self) -> dict | None:
+        """The last collective that returned, and when."""
+        record = self.last
+        if record is None:
+            return None
+        return {"op": record["op"], "group": record["group"], "seq": record["seq"],
+                "t": record["t"] + record["dur_s"]}
 
     def _queue_finite_check(self, op: str, seq: int, tensors: list) -> None:
         """Queue an on-device all-finite flag; read at the end of the step, where the
@@ -199,15 +219,14 @@ class CollectiveRecorder:
         first = ops[0] if ops else None
         info = self.group_info(getattr(first, "group", None))
         parts = [{"op": getattr(p.op, "__name__", "?"), "peer": int(p.peer),
-                  "numel": p.tensor.numel(), "dtype": str(p.tensor.dtype)[6:]} for p in ops]
+                  "numel": p.tensor.numel(), "dtype": dtype_name(p.tensor.dtype)} for p in ops]
         key = (info.name, -2)
         self.p2p_seq[key] = self.p2p_seq.get(key, 0) + 1
         record = {"kind": "collective", "op": "batch_isend_irecv", "group": info.name,
                   "group_desc": info.desc, "group_size": info.size, "p2p": True,
                   "seq": self.p2p_seq[key], "parts": parts, **self._context()}
         record["in_numel"] = sum(p["numel"] for p in parts)
-        self.pending = {"op": "batch_isend_irecv", "group": info.name, "seq": record["seq"],
-                        "t": record["t"]}
+        self.pending = record
         return record, getattr(first, "group", None) or dist.group.WORLD
 
     def _finish(self, record: dict, pg, start: float, kwargs: dict) -> None:
@@ -219,27 +238,39 @@ class CollectiveRecorder:
         except Exception:  # noqa: BLE001 - not every backend keeps the counter
             pass
         self.pending = None
-        self.last = {"op": record["op"], "group": record["group"], "seq": record["seq"],
-                     "t": record["t"] + dur}
+        self.last = record
         self.step_comm_s += dur
         self.step_count += 1
         self._emit(record)
+
+
+_SIDE_FIELDS = ("numel", "bytes", "dtype", "shape", "count")
+_SIDE_KEYS = {side: tuple(f"{side}_{f}" for f in _SIDE_FIELDS) for side in ("in", "out")}
+_IN_TO_OUT = dict(zip(_SIDE_KEYS["in"], _SIDE_KEYS["out"]))
+_DTYPE_NAMES: dict = {}
 
 
 def describe(tensors: list, side: str) -> dict:
     """numel, bytes, dtype and shape of one side (in/out) of a collective."""
     if not tensors:
         return {}
+    numel, nbytes, dtype, shape, count = _SIDE_KEYS[side]
     first = tensors[0]
-    out = {
-        f"{side}_numel": sum(t.numel() for t in tensors),
-        f"{side}_bytes": sum(t.numel() * t.element_size() for t in tensors),
-        f"{side}_dtype": str(first.dtype)[6:],  # drop "torch."
-        f"{side}_shape": list(first.shape),
-    }
-    if len(tensors) > 1:
-        out[f"{side}_count"] = len(tensors)
-    return out
+    if len(tensors) == 1:
+        n = first.numel()
+        return {numel: n, nbytes: n * first.element_size(), dtype: dtype_name(first.dtype),
+                shape: list(first.shape)}
+    return {numel: sum(t.numel() for t in tensors),
+            nbytes: sum(t.numel() * t.element_size() for t in tensors),
+            dtype: dtype_name(first.dtype), shape: list(first.shape), count: len(tensors)}
+
+
+def dtype_name(dtype) -> str:
+    """"float32" for torch.float32; cached, as every step names a few."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
+    return name
 
 
 class _SameAs:

@@ -181,14 +181,18 @@ class EventWriter:
             self._warn(f"cannot write heartbeat {self._heartbeat_path}: {exc}")
 
     def _run(self) -> None:
-        next_beat = 0.0
+        next_flush = next_beat = 0.0
         while not self._closed:
-            self.flush()
             now = time.monotonic()
+            if now >= next_flush:
+                self.flush()
+                next_flush = now + self._flush_interval
             if now >= next_beat:
                 self.write_heartbeat()
                 next_beat = now + self._heartbeat_interval
-            self._wake.wait(self._flush_interval)
+            # Each on its own clock: a long flush interval must not starve the heartbeat
+            # that the hang watcher reads.
+            self._wake.wait(max(0.0, min(next_flush, next_beat) - time.monotonic()))
             self._wake.clear()
 
     def close(self, final: dict | None = None) -> None:

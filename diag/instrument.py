@@ -23,14 +23,15 @@ import torch
 import torch.distributed as dist
 
 from diag import schema
-from diag.collectives import CollectiveRecorder, ddp_recording_hook, install
-from diag.eventlog import EventWriter, install_signal_flush
+from diag.collectives import CollectiveRecorder, ddp_recording_hook, dtype_name, install
+from diag.eventlog import FLUSH_INTERVAL_S, EventWriter, install_signal_flush
 from diag.instrument_names import STEP_PHASES
 from diag.rundir import RunDir, ensure_run_json, launcher_run_id, resolve_run_dir
 
 log = logging.getLogger("ddiag")
 
 MAX_ARG_TENSORS = 16
+_HOLDS_TENSORS = (torch.Tensor, list, tuple, dict)
 
 
 class _Rank:
@@ -51,8 +52,9 @@ class _Rank:
 
 class _State:
     def __init__(self, run_dir, grad_every: int, collectives: bool, signals: bool,
-                 metrics: bool = False) -> None:
+                 metrics: bool = False, flush_interval_s: float = FLUSH_INTERVAL_S) -> None:
         self.run_dir = RunDir(resolve_run_dir(run_dir))
+        self.flush_interval_s = flush_interval_s
         self.want_metrics = metrics
         self.metrics = None
         self.grad_every = grad_every
@@ -81,6 +83,8 @@ class _State:
                 "in_step": self.in_step, "t": time.time(), "mono": time.monotonic()}
 
     def open_writer(self) -> _Rank:
+        if self.where is not None:  # every step asks; only the first takes the lock
+            return self.where
         with self.lock:
             if self.where is None:
                 self.where = _Rank()
@@ -104,7 +108,8 @@ class _State:
             "t": time.time(), "mono": time.monotonic(), "step": self.step,
         }
         writer = EventWriter(rd.events(where.rank), header,
-                             heartbeat_path=rd.heartbeat(where.rank), heartbeat=self.heartbeat)
+                             heartbeat_path=rd.heartbeat(where.rank), heartbeat=self.heartbeat,
+                             flush_interval=self.flush_interval_s)
         if self.want_signals:
             install_signal_flush()
         if self.want_metrics:
@@ -132,7 +137,7 @@ class _State:
             **schema.stamp(schema.HEARTBEAT), "rank": where.rank, "pid": where.pid,
             "host": where.host, "t": time.time(), "mono": time.monotonic(),
             "step": self.step, "in_step": self.in_step, "step_started": self.step_started,
-            "seq": dict(rec.seq), "last_collective": rec.last, "pending": rec.pending,
+            "seq": dict(rec.seq), "last_collective": rec.last_done(), "pending": rec.in_flight(),
             "span": {"name": span[0], "since": span[1]} if span else None,
             "records": self.writer.written if self.writer else 0,
             "fr_signal": _fr_dump_signal(),
@@ -157,23 +162,27 @@ _init_lock = threading.Lock()
 
 
 def init(run_dir: str | os.PathLike | None = None, *, grad_every: int = 1,
-         collectives: bool = True, signals: bool = True, metrics: bool | None = None) -> None:
+         collectives: bool = True, signals: bool = True, metrics: bool | None = None,
+         flush_interval_s: float = FLUSH_INTERVAL_S) -> None:
     """Start recording into ``run_dir`` (default: $DDIAG_RUN_DIR or ./ddiag-run).
 
     Optional: the first ``log_step`` call does it with the defaults. Call it yourself
     to set options, or to record collectives issued before the first step.
     ``metrics`` (default: $DDIAG_METRICS == "1") exports Prometheus metrics
-    (see ``diag.metrics``).
+    (see ``diag.metrics``). ``flush_interval_s``: how long records may wait in memory
+    before the writer thread writes them (a SIGKILL loses at most that much).
     """
     global _state
     if grad_every < 1:
         raise ValueError(f"grad_every must be >= 1, got: {grad_every}")
+    if not flush_interval_s > 0:
+        raise ValueError(f"flush_interval_s must be > 0, got: {flush_interval_s}")
     with _init_lock:
         if _state is not None:
             return
         if metrics is None:
             metrics = os.environ.get("DDIAG_METRICS") == "1"
-        _state = _State(run_dir, grad_every, collectives, signals, metrics)
+        _state = _State(run_dir, grad_every, collectives, signals, metrics, flush_interval_s)
         if collectives:
             install(_state.recorder)
         atexit.register(shutdown)
@@ -349,23 +358,25 @@ def _hook_ddp(state: _State, model) -> None:
 def arg_shapes(args: tuple, kwargs: dict) -> list[dict]:
     """Shapes and dtypes of tensor arguments, one container level deep."""
     out: list[dict] = []
-
-    def add(name: str, value) -> None:
-        if len(out) >= MAX_ARG_TENSORS:
-            return
+    positional = [(f"arg{i}", a) for i, a in enumerate(args) if isinstance(a, _HOLDS_TENSORS)]
+    for name, value in (*positional, *kwargs.items()):
         if isinstance(value, torch.Tensor):
-            out.append({"name": name, "shape": list(value.shape), "dtype": str(value.dtype)[6:]})
-
-    for name, value in [*((f"arg{i}", a) for i, a in enumerate(args)), *kwargs.items()]:
-        if isinstance(value, (list, tuple)):
-            for i, item in enumerate(value[:MAX_ARG_TENSORS]):
-                add(f"{name}[{i}]", item)
+            out.append(_shape_of(name, value))
+        elif isinstance(value, (list, tuple)):
+            out += [_shape_of(f"{name}[{i}]", item)
+                    for i, item in enumerate(value[:MAX_ARG_TENSORS])
+                    if isinstance(item, torch.Tensor)]
         elif isinstance(value, dict):
-            for key, item in list(value.items())[:MAX_ARG_TENSORS]:
-                add(f"{name}.{key}", item)
-        else:
-            add(name, value)
-    return out
+            out += [_shape_of(f"{name}.{key}", item)
+                    for key, item in list(value.items())[:MAX_ARG_TENSORS]
+                    if isinstance(item, torch.Tensor)]
+        if len(out) >= MAX_ARG_TENSORS:
+            break
+    return out[:MAX_ARG_TENSORS]
+
+
+def _shape_of(name: str, tensor: torch.Tensor) -> dict:
+    return {"name": name, "shape": list(tensor.shape), "dtype": dtype_name(tensor.dtype)}
 
 
 def loss_of(result) -> float | None:
@@ -376,7 +387,7 @@ def loss_of(result) -> float | None:
     elif isinstance(result, (tuple, list)) and result:
         result = result[0]
     if isinstance(result, torch.Tensor) and result.numel() == 1:
-        return float(result.detach())
+        return float(result.item())
     if isinstance(result, (int, float)) and not isinstance(result, bool):
         return float(result)
     return None
@@ -398,18 +409,16 @@ def _named_parameters(model) -> list:
 def grad_check(model) -> tuple[float | None, dict | None]:
     """Total gradient norm and the first parameter whose gradient is NaN or Inf.
 
-    Sharded (DTensor) gradients are checked on the local shard, so the check issues no
-    collective of its own; the norm is then this rank's shard norm.
+    A finite total means every gradient is finite, so the per-parameter search runs only
+    on a bad step. Sharded (DTensor) gradients are checked on the local shard, so the
+    check issues no collective of its own; the norm is then this rank's shard norm.
     """
     named = [(n, p.grad) for n, p in _named_parameters(model) if p.grad is not None]
     if not named:
         return None, None
     grads = [g.to_local() if hasattr(g, "to_local") else g for _, g in named]
     norms = torch._foreach_norm(grads)
-    try:
-        total = float(torch.linalg.vector_norm(torch.stack(norms).float()))
-    except RuntimeError:  # gradients spread over several devices
-        total = float(torch.linalg.vector_norm(torch.stack([n.float().cpu() for n in norms])))
+    total = total_norm(norms)
     if math.isfinite(total):
         return total, None
     for (name, _), grad, norm in zip(named, grads, norms):
@@ -417,6 +426,20 @@ def grad_check(model) -> tuple[float | None, dict | None]:
             kind = "nan" if bool(torch.isnan(grad).any()) else "inf"
             return total, {"param": name.removeprefix("module."), "kind": kind}
     return total, None
+
+
+def total_norm(norms: list) -> float:
+    """The 2-norm of per-tensor norms, read with one device sync at most.
+
+    On CPU, reading each value costs no sync, and summing in Python (in double) skips the
+    stack/norm tensor ops, which cost more than the norm kernel on a small model.
+    """
+    if all(n.is_cpu for n in norms):
+        return math.sqrt(sum(n.item() ** 2 for n in norms))
+    try:
+        return float(torch.linalg.vector_norm(torch.stack(norms).float()))
+    except RuntimeError:  # gradients spread over several devices
+        return float(torch.linalg.vector_norm(torch.stack([n.float().cpu() for n in norms])))
 
 
 def _reset() -> None:

@@ -121,6 +121,23 @@ def test_heartbeat_is_replaced_whole(tmp_path):
     assert len(seen) >= 5
 
 
+def test_long_flush_interval_does_not_starve_the_heartbeat(tmp_path):
+    beats = iter(range(10**6))
+    hb = tmp_path / "hb.json"
+    w = EventWriter(tmp_path / "r.jsonl", HEADER, heartbeat_path=hb,
+                    heartbeat=lambda: {"n": next(beats)}, heartbeat_interval=0.01,
+                    flush_interval=3600)
+    time.sleep(0.2)  # the writer's first pass goes by; its next flush is an hour away
+    w.emit({"kind": "step", "step": 0})
+    deadline = time.time() + 5
+    while time.time() < deadline and json.loads(hb.read_text())["n"] < 5:
+        time.sleep(0.01)
+    assert json.loads(hb.read_text())["n"] >= 5
+    assert b'"step"' not in (tmp_path / "r.jsonl").read_bytes()  # still queued
+    w.close()
+    assert b'"step"' in (tmp_path / "r.jsonl").read_bytes()
+
+
 def test_run_json_is_created_once_and_never_overwritten(tmp_path):
     rd = RunDir(tmp_path).create()
     first = ensure_run_json(rd, "run-a")

@@ -119,6 +119,35 @@ def test_collectives_are_recorded_and_p2p_ops_still_validate(run_dir, tmp_path):
     assert recs[0]["torch_seq"] < recs[1]["torch_seq"] < recs[2]["torch_seq"]
 
 
+@pytest.mark.parametrize("option", [{"grad_every": 0}, {"flush_interval_s": 0}])
+def test_init_rejects_a_bad_option_by_name(option):
+    instrument._reset()
+    (name, value), = option.items()
+    with pytest.raises(ValueError, match=f"{name} must be .*, got: {value}"):
+        diag.init(**option)
+
+
+def test_heartbeat_names_the_collective_in_flight_then_the_last_one(run_dir, tmp_path):
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    state, inside = instrument._state, {}
+
+    def all_reduce(tensor, op=None, group=None, async_op=False):
+        inside.update(state.heartbeat())
+
+    try:
+        state.recorder.wrap("all_reduce", all_reduce)(torch.ones(2, 3))
+        after = state.heartbeat()
+    finally:
+        dist.destroy_process_group()
+    pending = inside["pending"]
+    assert {k: pending[k] for k in ("op", "seq", "in_numel", "in_dtype", "in_shape")} == {
+        "op": "all_reduce", "seq": 1, "in_numel": 6, "in_dtype": "float32", "in_shape": [2, 3]}
+    assert after["pending"] is None
+    assert after["last_collective"]["seq"] == 1
+    assert after["last_collective"]["t"] >= pending["t"]
+
+
 def test_disabled_by_environment(monkeypatch):
     monkeypatch.setenv("DDIAG_DISABLE", "1")
 
