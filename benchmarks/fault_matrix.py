@@ -240,9 +240,6 @@ def cells(modes=MODES, node_counts=NODE_COUNTS, faults=FAULTS) -> list[Cell]:
     return [Cell(f, m, n) for n in node_counts for f in faults for m in modes]
 
 
-def cells_of_all() -> list[Cell]:
-    return cells()
-
 
 # --- reporting ----------------------------------------------------------------------------------
 
@@ -330,13 +327,13 @@ def report_only(paths: list[Path], doc: Path | None) -> int:
     rerun: list[str] = []
     wall = 0.0
     for path in paths:  # a later run's cell replaces an earlier one's (a re-run after a fix)
-        cells, seconds = load_outcomes(path)
+        loaded, seconds = load_outcomes(path)
         wall += seconds
-        for o in cells:
+        for o in loaded:
             if o.cell.name in by_cell:
                 rerun.append(o.cell.name)
             by_cell[o.cell.name] = o
-    order = {c.name: i for i, c in enumerate(cells_of_all())}
+    order = {c.name: i for i, c in enumerate(cells())}
     outcomes = sorted(by_cell.values(), key=lambda o: order.get(o.cell.name, len(order)))
     if doc:
         write_doc(doc, outcomes, wall, rerun)

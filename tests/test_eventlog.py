@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -107,12 +108,17 @@ def test_unopenable_path_drops_and_counts(tmp_path):
     assert w.written == 0 and w.dropped == 2
 
 
-def test_heartbeat_is_replaced_whole(tmp_path):
+def counting_heartbeat(tmp_path, flush_interval: float) -> tuple[EventWriter, Path]:
+    """A writer whose heartbeat counts up every 10 ms, and the heartbeat file."""
     beats = iter(range(10**6))
     hb = tmp_path / "hb.json"
-    w = EventWriter(tmp_path / "r.jsonl", HEADER, heartbeat_path=hb,
-                    heartbeat=lambda: {"n": next(beats)}, heartbeat_interval=0.01,
-                    flush_interval=0.01)
+    return EventWriter(tmp_path / "r.jsonl", HEADER, heartbeat_path=hb,
+                       heartbeat=lambda: {"n": next(beats)}, heartbeat_interval=0.01,
+                       flush_interval=flush_interval), hb
+
+
+def test_heartbeat_is_replaced_whole(tmp_path):
+    w, hb = counting_heartbeat(tmp_path, flush_interval=0.01)
     seen = set()
     deadline = time.time() + 2
     while time.time() < deadline and len(seen) < 5:
@@ -122,11 +128,7 @@ def test_heartbeat_is_replaced_whole(tmp_path):
 
 
 def test_long_flush_interval_does_not_starve_the_heartbeat(tmp_path):
-    beats = iter(range(10**6))
-    hb = tmp_path / "hb.json"
-    w = EventWriter(tmp_path / "r.jsonl", HEADER, heartbeat_path=hb,
-                    heartbeat=lambda: {"n": next(beats)}, heartbeat_interval=0.01,
-                    flush_interval=3600)
+    w, hb = counting_heartbeat(tmp_path, flush_interval=3600)
     time.sleep(0.2)  # the writer's first pass goes by; its next flush is an hour away
     w.emit({"kind": "step", "step": 0})
     deadline = time.time() + 5
