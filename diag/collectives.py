@@ -104,7 +104,11 @@ class CollectiveRecorder:
         self.step_comm_s = 0.0
         self.step_count = 0
         self.check_finite = False
-        self.finite_checks: list[tuple[str, int, Any]] = []
+        self.finite_checks: list[tuple[str, int, Any, bool]] = []  # ..., is a DDP bucket
+        # This step's DDP buckets, reduced in place. DDP reuses them and nothing writes
+        # them again before the next backward, so the step end can still read them.
+        self.reduced_buckets: list = []
+        self._bucket_fields: dict[tuple, dict] = {}  # (numel, norm) per reduced DDP bucket
 
     def group_info(self, group) -> GroupInfo:
         pg = group if group is not None else dist.group.WORLD
@@ -204,13 +208,44 @@ class CollectiveRecorder:
             if t.is_floating_point():
                 # A sum is non-finite iff an element is (barring fp32 overflow, which only
                 # huge gradients reach): one pass and no mask allocation, unlike isfinite.
-                self.finite_checks.append((op, seq, t.sum(dtype=torch.float32)))
+                self.finite_checks.append((op, seq, t.sum(dtype=torch.float32), False))
 
-    def first_nonfinite_sent(self) -> dict | None:
-        """The first reduction this step that this rank fed a NaN/Inf into."""
+    def bucket_all_reduce(self, buffer, group):
+        """Issue and record one DDP bucket's async all_reduce. The same record as the
+        namespace wrapper's, but a bucket's group, size and dtype repeat every step, so
+        its fixed fields are built once: this runs for every bucket of every step."""
+        info = self.group_info(group)
+        key = (info.name, buffer.numel(), buffer.dtype)
+        cached = self._bucket_fields.get(key)
+        if cached is None:
+            side = describe([buffer], "in")
+            cached = self._bucket_fields[key] = ({
+                "kind": "collective", "op": "all_reduce", "group": info.name,
+                "group_desc": info.desc, "group_size": info.size, **side,
+                **{_IN_TO_OUT[k]: v for k, v in side.items()}}, buffer.is_floating_point())
+        fixed, floating = cached
+        seq = self.seq[info.name] = self.seq.get(info.name, 0) + 1
+        record = {**fixed, **self._context(), "seq": seq}
+        if self.check_finite and floating:
+            self.finite_checks.append(("all_reduce", seq, buffer.sum(dtype=torch.float32), True))
+        self.pending = record
+        start = time.monotonic()
+        try:
+            return _original(dist.all_reduce)(buffer, group=group, async_op=True)
+        except BaseException as exc:
+            record["error"] = f"{type(exc).__name__}: {exc}"[:500]
+            raise
+        finally:
+            self._finish(record, group, start, _ASYNC)
+
+    def first_nonfinite_sent(self, buckets_finite: bool = False) -> dict | None:
+        """The first reduction this step that this rank fed a NaN/Inf into.
+
+        ``buckets_finite``: every DDP bucket came back finite from its reduction. A sum
+        is finite only if every rank's input was, so those checks need not be read."""
         checks, self.finite_checks = self.finite_checks, []
-        for op, seq, total in checks:
-            if not math.isfinite(float(total)):
+        for op, seq, total, bucket in checks:
+            if not (bucket and buckets_finite) and not math.isfinite(float(total)):
                 return {"op": op, "seq": seq}
         return None
 
@@ -244,6 +279,7 @@ class CollectiveRecorder:
         self._emit(record)
 
 
+_ASYNC = {"async_op": True}
 _SIDE_FIELDS = ("numel", "bytes", "dtype", "shape", "count")
 _SIDE_KEYS = {side: tuple(f"{side}_{f}" for f in _SIDE_FIELDS) for side in ("in", "out")}
 _IN_TO_OUT = dict(zip(_SIDE_KEYS["in"], _SIDE_KEYS["out"]))
@@ -273,21 +309,19 @@ def dtype_name(dtype) -> str:
     return name
 
 
-class _SameAs:
+class _SameAs(functools.partial):
     """A wrapper that compares and hashes equal to the function it wraps.
 
     ``P2POp`` checks ``op in [isend, irecv]`` against the originals and pipelining
     compares ``{p.op for p in ops} == {dist.isend}``; both must keep working whether a
-    caller captured the function before or after we wrapped it.
+    caller captured the function before or after we wrapped it. A ``partial`` so that
+    the call goes straight to the wrapper, with no Python frame of its own.
     """
 
-    def __init__(self, wrapper: Callable, original: Callable):
-        self._wrapper = wrapper
-        self.__wrapped__ = original
-        functools.update_wrapper(self, original)
-
-    def __call__(self, *args, **kwargs):
-        return self._wrapper(*args, **kwargs)
+    def __new__(cls, wrapper: Callable, original: Callable):
+        self = super().__new__(cls, wrapper)
+        functools.update_wrapper(self, original)  # sets __wrapped__ = original
+        return self
 
     def __eq__(self, other):
         return other is self or other is self.__wrapped__ or (
@@ -296,6 +330,12 @@ class _SameAs:
 
     def __hash__(self):
         return hash(self.__wrapped__)
+
+
+def _original(fn: Callable) -> Callable:
+    """torch's function under our wrapper (not ``__wrapped__`` of any function: torch's
+    own decorators set that too)."""
+    return fn.__wrapped__ if isinstance(fn, _SameAs) else fn
 
 
 def _unwrap_p2p_ops(ops) -> None:
@@ -307,8 +347,13 @@ def _unwrap_p2p_ops(ops) -> None:
             p2p_op.op = p2p_op.op.__wrapped__
 
 
+_installed: CollectiveRecorder | None = None  # the recorder the wrappers feed
+
+
 def install(recorder: CollectiveRecorder) -> list[str]:
     """Wrap every collective this torch has; returns the names wrapped."""
+    global _installed
+    _installed = recorder
     wrapped = []
     for op in (*SPECS, "batch_isend_irecv"):
         fn = getattr(dist, op, None)
@@ -320,6 +365,8 @@ def install(recorder: CollectiveRecorder) -> list[str]:
 
 
 def uninstall() -> None:
+    global _installed
+    _installed = None
     for op in (*SPECS, "batch_isend_irecv"):
         fn = getattr(dist, op, None)
         if isinstance(fn, _SameAs):
@@ -327,10 +374,25 @@ def uninstall() -> None:
 
 
 def ddp_recording_hook(process_group, bucket):
-    """DDP's default averaging all_reduce, issued through the (wrapped) namespace so
-    that every gradient bucket is recorded. Same arithmetic as torch's allreduce_hook."""
+    """DDP's default averaging all_reduce, with every gradient bucket recorded. Same
+    arithmetic as torch's allreduce_hook.
+
+    On a step that checks gradients, the bucket is kept for the step end: reduced, it
+    holds exactly the gradients the optimizer sees, so one norm per bucket replaces a
+    walk over every parameter (see ``instrument.grad_check``).
+    """
     group = process_group if process_group is not None else dist.group.WORLD
     buffer = bucket.buffer()
     buffer.div_(group.size())
-    work = dist.all_reduce(buffer, group=group, async_op=True)
-    return work.get_future().then(lambda fut: fut.value()[0])
+    recorder = _installed
+    if recorder is None:  # uninstalled: torch's hook, unrecorded
+        return dist.all_reduce(buffer, group=group, async_op=True).get_future().then(
+            _first_value)
+    work = recorder.bucket_all_reduce(buffer, group)
+    if recorder.check_finite:
+        recorder.reduced_buckets.append(buffer)
+    return work.get_future().then(_first_value)
+
+
+def _first_value(fut):
+    return fut.value()[0]

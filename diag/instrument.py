@@ -311,6 +311,7 @@ def _begin_step(state: _State, model, args: tuple, kwargs: dict, grad_every: int
     state.recorder.step_comm_s = 0.0
     state.recorder.step_count = 0
     state.recorder.check_finite = model is not None and state.step % grad_every == 0
+    state.recorder.reduced_buckets = []
     state._args = arg_shapes(args, kwargs)
 
 
@@ -322,8 +323,10 @@ def _end_step(state: _State, model, grad_every: int, result) -> None:
            "args": state._args, "loss": loss_of(result),
            "comm_s": round(state.recorder.step_comm_s, 7), "ncoll": state.recorder.step_count}
     if model is not None and state.step % grad_every == 0:
-        rec["grad_norm"], rec["nonfinite"] = grad_check(model)
-        rec["sent_nonfinite"] = state.recorder.first_nonfinite_sent()
+        buckets = bucket_total(state.recorder.reduced_buckets)
+        rec["grad_norm"], rec["nonfinite"] = grad_check(model, buckets)
+        rec["sent_nonfinite"] = state.recorder.first_nonfinite_sent(
+            buckets_finite=buckets is not None and math.isfinite(buckets[1]))
     state.recorder.check_finite = False
     state.in_step = False
     state.last_step_end = now
@@ -386,34 +389,52 @@ def loss_of(result) -> float | None:
         result = result.get("loss")
     elif isinstance(result, (tuple, list)) and result:
         result = result[0]
-    if isinstance(result, torch.Tensor) and result.numel() == 1:
-        return float(result.item())
+    if isinstance(result, torch.Tensor):
+        try:  # one call: item() takes any 1-element tensor and refuses the rest
+            return float(result.item())
+        except (RuntimeError, ValueError, TypeError):
+            return None
     if isinstance(result, (int, float)) and not isinstance(result, bool):
         return float(result)
     return None
 
 
-_param_cache: dict[int, tuple[Any, list]] = {}
+_param_cache: dict[int, tuple[Any, list, int]] = {}
 
 
-def _named_parameters(model) -> list:
+def _named_parameters(model) -> tuple[list, int]:
     """named_parameters() walks every submodule; the set of parameters of a model in
-    training does not change, so walk once per model."""
+    training does not change, so walk once per model. Also their trainable numel."""
     cached = _param_cache.get(id(model))
     if cached is None or cached[0] is not model:
-        cached = (model, list(model.named_parameters()))
+        named = list(model.named_parameters())
+        cached = (model, named, sum(p.numel() for _, p in named if p.requires_grad))
         _param_cache[id(model)] = cached
-    return cached[1]
+    return cached[1], cached[2]
 
 
-def grad_check(model) -> tuple[float | None, dict | None]:
+def bucket_total(buckets: list) -> tuple[int, float] | None:
+    """(numel, norm) over the DDP buckets reduced this step, or None if none was."""
+    if not buckets:
+        return None
+    return sum(b.numel() for b in buckets), total_norm(torch._foreach_norm(buckets))
+
+
+def grad_check(model, buckets: tuple[int, float] | None = None
+               ) -> tuple[float | None, dict | None]:
     """Total gradient norm and the first parameter whose gradient is NaN or Inf.
 
-    A finite total means every gradient is finite, so the per-parameter search runs only
-    on a bad step. Sharded (DTensor) gradients are checked on the local shard, so the
-    check issues no collective of its own; the norm is then this rank's shard norm.
+    ``buckets``: (numel, norm) of the DDP buckets reduced this step. When they cover
+    every trainable parameter, they are the gradient the optimizer sees, and the total
+    comes from them without walking the parameters. A finite total means every gradient
+    is finite, so the per-parameter search runs only on a bad step. Sharded (DTensor)
+    gradients are checked on the local shard, so the check issues no collective of its
+    own; the norm is then this rank's shard norm.
     """
-    named = [(n, p.grad) for n, p in _named_parameters(model) if p.grad is not None]
+    params, trainable = _named_parameters(model)
+    if buckets is not None and buckets[0] == trainable and math.isfinite(buckets[1]):
+        return buckets[1], None
+    named = [(n, p.grad) for n, p in params if p.grad is not None]
     if not named:
         return None, None
     grads = [g.to_local() if hasattr(g, "to_local") else g for _, g in named]
@@ -431,11 +452,12 @@ def grad_check(model) -> tuple[float | None, dict | None]:
 def total_norm(norms: list) -> float:
     """The 2-norm of per-tensor norms, read with one device sync at most.
 
-    On CPU, reading each value costs no sync, and summing in Python (in double) skips the
-    stack/norm tensor ops, which cost more than the norm kernel on a small model.
+    On CPU (or already read: floats), reading each value costs no sync, and summing in
+    Python (in double) skips the stack/norm tensor ops, which cost more than the norm
+    kernel on a small model.
     """
-    if all(n.is_cpu for n in norms):
-        return math.sqrt(sum(n.item() ** 2 for n in norms))
+    if all(type(n) is float or n.is_cpu for n in norms):
+        return math.sqrt(sum(float(n) ** 2 for n in norms))
     try:
         return float(torch.linalg.vector_norm(torch.stack(norms).float()))
     except RuntimeError:  # gradients spread over several devices

@@ -229,3 +229,44 @@ def test_forked_child_does_not_write_the_parents_queue(run_dir):
         os._exit(0)
     os.waitpid(pid, 0)
     assert len(records(run_dir, "mine")) == 1
+
+
+def test_ddp_grad_norm_comes_from_the_reduced_buckets(run_dir, tmp_path):
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    torch.manual_seed(0)
+    inner = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    inner[0].bias.requires_grad_(False)  # frozen: not in any bucket, not in the norm
+    model = torch.nn.parallel.DistributedDataParallel(inner)
+    seen = []
+    try:
+        @diag.log_step(model=model)
+        def step(x):
+            model.zero_grad(set_to_none=True)
+            model(x).pow(2).mean().backward()
+            seen.append(list(instrument._state.recorder.reduced_buckets))
+            grads = [p.grad.flatten() for p in model.parameters() if p.grad is not None]
+            return float(torch.linalg.vector_norm(torch.cat(grads)))
+
+        expected = [step(torch.randn(4, 8)) for _ in range(3)]
+        recs = records(run_dir, "step")
+    finally:
+        dist.destroy_process_group()
+    assert all(seen) and sum(b.numel() for b in seen[0]) == 8 * 8 + 8 * 1 + 1
+    assert [r["grad_norm"] for r in recs] == pytest.approx(expected, rel=1e-5)
+    assert all(r["nonfinite"] is None for r in recs)
+
+
+def test_grad_check_trusts_buckets_only_when_they_cover_every_trainable_parameter():
+    model = torch.nn.Linear(3, 1)  # 4 trainable elements
+    model(torch.ones(1, 3)).sum().backward()
+    walked = float(torch.linalg.vector_norm(torch.cat([model.weight.grad[0], model.bias.grad])))
+    buckets = instrument.bucket_total([torch.tensor([3.0, 0.0, 0.0]), torch.tensor([4.0])])
+    assert buckets == (4, pytest.approx(5.0))
+    assert instrument.grad_check(model, buckets) == (5.0, None)
+    assert instrument.grad_check(model, (3, 5.0))[0] == pytest.approx(walked)
+    assert instrument.grad_check(model, instrument.bucket_total([]))[0] == pytest.approx(walked)
+    # a non-finite bucket sends the check to the parameters, to name the first bad one
+    model.bias.grad[0] = float("nan")
+    total, bad = instrument.grad_check(model, (4, float("nan")))
+    assert bad == {"param": "bias", "kind": "nan"}
