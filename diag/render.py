@@ -104,17 +104,21 @@ def render_watch(result, console: Console | None = None) -> None:
 def render_scale_test(result, console: Console | None = None) -> None:
     console = console or Console()
     table = Table(title=f"ddiag scale-test: {result.config.mode}, {result.config.launcher} "
-                        f"launcher, {'strong' if result.config.strong else 'weak'} scaling")
+                        f"launcher, {'strong' if result.config.strong else 'weak'} scaling",
+                  caption="TFLOP/s: compute probe, median rank; norm eff: eff / (TFLOP/s / "
+                          "the first stage's); the cliff is judged on "
+                          f"{result.efficiency_basis} efficiency")
     for col in ("stage", "ranks", "status", "samp/s", "p50 ms", "p95 ms", "comm", "data",
-                "eff"):
+                "TFLOP/s", "eff", "norm eff"):
         table.add_column(col, justify="left" if col == "status" else "right")
-    for run, m, eff in zip(result.stages, result.metrics, result.efficiency):
+    for run, m, tflops, eff, norm in zip(result.stages, result.metrics, result.compute_tflops,
+                                         result.efficiency, result.efficiency_normalised):
         mark = " <- cliff" if run.stage == result.cliff_stage else ""
         table.add_row(str(run.stage), str(run.world_size), run.status + mark,
                       _fmt(m and m.samples_per_s, ".1f"), _fmt(m and m.step_p50_s and m.step_p50_s * 1000, ".1f"),
                       _fmt(m and m.step_p95_s and m.step_p95_s * 1000, ".1f"),
                       _fmt(m and m.comm_share, ".0%"), _fmt(m and m.data_share, ".0%"),
-                      _fmt(eff, ".2f"))
+                      _fmt(tflops, ".3f"), _fmt(eff, ".2f"), _fmt(norm, ".2f"))
     console.print(table)
     console.print(Text(f"verdict: {result.verdict}", style="bold"))
     console.print(f"run directory: {result.config.out}")

@@ -5,9 +5,12 @@ its cliff, and each stage's per-rank step times and time split. Inline SVG and C
 from __future__ import annotations
 
 from diag.report.svg import NORMAL, SLOW, dot, esc, line, page, polyline, rect, svg, text
+from diag.scaletest.measure import COMPUTE_NORMALISED
 from diag.scaletest.run import ScaleTestResult, peak_busbw
 
 THROUGHPUT = "#27ae60"
+NORMALISED = "#16a2b8"
+"""Compute-normalised efficiency; raw efficiency is drawn in NORMAL blue."""
 SHARES = (("compute", "#5b8def"), ("comm", "#e67e22"), ("data", "#8e44ad"))
 
 
@@ -35,20 +38,27 @@ def _header(result: ScaleTestResult) -> str:
 
 def stage_table(result: ScaleTestResult) -> str:
     head = ("<tr><th>stage</th><th>ranks</th><th class=l>status</th><th>samples/s</th>"
-            "<th>efficiency</th><th>step p50 ms</th><th>step p95 ms</th><th>compute</th>"
-            "<th>comm</th><th>data</th><th>busbw GB/s</th></tr>")
+            "<th>efficiency (raw)</th><th>per-rank TFLOP/s</th>"
+            "<th>compute-normalised efficiency</th><th>step p50 ms</th><th>step p95 ms</th>"
+            "<th>compute</th><th>comm</th><th>data</th><th>busbw GB/s</th></tr>")
     rows = []
-    for run, m, eff in zip(result.stages, result.metrics, result.efficiency):
+    for run, m, eff, tflops, norm in zip(result.stages, result.metrics, result.efficiency,
+                                         result.compute_tflops, result.efficiency_normalised):
         cliff = run.stage == result.cliff_stage
         status = esc(run.status) + (" &larr; cliff" if cliff else "")
-        cells = [_num(m and m.samples_per_s, ".1f"), _num(eff, ".2f"),
+        cells = [_num(m and m.samples_per_s, ".1f"), _num(eff, ".2f"), _num(tflops, ".3f"),
+                 _num(norm, ".2f"),
                  _num(m and m.step_p50_s, ".1f", 1000), _num(m and m.step_p95_s, ".1f", 1000),
                  *(_num(m and getattr(m, f"{name}_share"), ".0%") for name, _ in SHARES),
                  _num(peak_busbw(run), ".3f")]
         rows.append(f"<tr><td>{run.stage}</td><td>{run.world_size}</td>"
                     f'<td class="l{" cliff" if cliff else ""}">{status}</td>'
                     + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    return f"<table>{head}{''.join(rows)}</table>"
+    return (f"<table>{head}{''.join(rows)}</table>"
+            '<p class="muted">per-rank TFLOP/s: the compute probe\'s median rank; '
+            "compute-normalised efficiency: efficiency / (per-rank TFLOP/s / the first "
+            "stage's), so ranks that share processors do not look like a job that scales "
+            f"badly. The cliff is judged on {esc(result.efficiency_basis)} efficiency.</p>")
 
 
 LEFT, TOP, PLOT_W, PLOT_H = 60, 20, 580, 190
@@ -60,20 +70,24 @@ def _y(value: float, axis_top: float) -> float:
 
 
 def scaling_curve_svg(result: ScaleTestResult) -> str:
-    """Efficiency (left axis) and samples/s (right axis; dashed: linear from the first
-    stage) over the stages, evenly spaced as they usually double; the cliff in red."""
+    """Raw and compute-normalised efficiency (left axis) and samples/s (right axis;
+    dashed: linear from the first stage) over the stages, evenly spaced as they usually
+    double; the cliff in red on the efficiency it was judged on."""
     n = len(result.stages)
     if not any(e is not None for e in result.efficiency):
         return '<p class="muted">no stage was measured</p>'
     xs = [LEFT + (PLOT_W * i / (n - 1) if n > 1 else PLOT_W / 2) for i in range(n)]
-    eff_top = max(1.2, *(e for e in result.efficiency if e is not None)) * 1.05
+    effs = [e for e in result.efficiency + result.efficiency_normalised if e is not None]
+    eff_top = max(1.2, *effs) * 1.05
     ideal = _ideal_throughput(result)
     tp_top = max([m.samples_per_s for m in result.metrics if m and m.samples_per_s]
                  + [t for t in ideal if t]) * 1.1
     body = (_axes(result, xs, eff_top, tp_top) + _series(result, xs, eff_top, tp_top, ideal)
             + _cliff_marker(result, xs))
-    return ('<p class="muted">blue: efficiency (left axis, 1.0 = perfect scaling); green: '
-            'samples/s (right axis), dashed: linear scaling from the first stage</p>'
+    return ('<p class="muted">blue: efficiency, raw (left axis, 1.0 = perfect scaling); '
+            f'teal: compute-normalised efficiency ({_normalised_legend(result)}); green: '
+            'samples/s (right axis), dashed: linear scaling from the first stage; the cliff '
+            f'is judged on {esc(result.efficiency_basis)} efficiency</p>'
             + svg(LEFT + PLOT_W + 80, TOP + PLOT_H + 50, body,
                   "scaling curve: efficiency and throughput per stage"))
 
@@ -101,19 +115,35 @@ def _axes(result: ScaleTestResult, xs: list[float], eff_top: float, tp_top: floa
     return "".join(parts)
 
 
+def _normalised_legend(result: ScaleTestResult) -> str:
+    if not any(e is not None for e in result.efficiency_normalised):
+        return "none: the first stage has no compute probe reading"
+    return "efficiency / per-rank compute rate kept from the first stage"
+
+
 def _series(result: ScaleTestResult, xs: list[float], eff_top: float, tp_top: float,
             ideal: list[float | None]) -> str:
-    effs = [(x, run, e) for x, run, e in zip(xs, result.stages, result.efficiency)
-            if e is not None]
     tp = [(x, m.samples_per_s) for x, m in zip(xs, result.metrics) if m and m.samples_per_s]
+    judged = result.efficiency_basis == COMPUTE_NORMALISED
     parts = [polyline([(x, _y(t, tp_top)) for x, t in zip(xs, ideal) if t], THROUGHPUT, "5 4"),
              polyline([(x, _y(t, tp_top)) for x, t in tp], THROUGHPUT),
-             polyline([(x, _y(e, eff_top)) for x, _, e in effs], NORMAL)]
-    parts += [dot(x, _y(e, eff_top), SLOW if run.stage == result.cliff_stage else NORMAL,
-                  f"stage {run.stage} ({run.world_size} ranks): efficiency {e:.2f}")
-              for x, run, e in effs]
+             _efficiency_line(result, xs, eff_top, result.efficiency, NORMAL,
+                              "efficiency (raw)", not judged),
+             _efficiency_line(result, xs, eff_top, result.efficiency_normalised, NORMALISED,
+                              "compute-normalised efficiency", judged)]
     parts += [dot(x, _y(t, tp_top), THROUGHPUT, f"{t:.1f} samples/s", r=3) for x, t in tp]
     return "".join(parts)
+
+
+def _efficiency_line(result: ScaleTestResult, xs: list[float], eff_top: float,
+                     values: list[float | None], color: str, name: str, judged: bool) -> str:
+    """One efficiency series; on the one the cliff was judged on, the cliff point is red."""
+    points = [(x, run, e) for x, run, e in zip(xs, result.stages, values) if e is not None]
+    dots = [dot(x, _y(e, eff_top),
+                SLOW if judged and run.stage == result.cliff_stage else color,
+                f"stage {run.stage} ({run.world_size} ranks): {name} {e:.2f}")
+            for x, run, e in points]
+    return polyline([(x, _y(e, eff_top)) for x, _, e in points], color) + "".join(dots)
 
 
 def _cliff_marker(result: ScaleTestResult, xs: list[float]) -> str:

@@ -80,6 +80,30 @@ def efficiencies(metrics: list[StageMetrics | None]) -> list[float | None]:
     return out
 
 
+RAW, COMPUTE_NORMALISED = "raw", "compute-normalised"
+"""The efficiency a cliff is judged on (``efficiency_basis`` in scale-test.json)."""
+
+
+def normalised_efficiencies(effs: list[float | None], tflops: list[float | None]
+                            ) -> list[float | None]:
+    """Efficiency divided by the share of the first stage's per-rank compute rate (the
+    compute probe's median rank, TFLOP/s) that the stage kept. Weak scaling assumes each
+    rank keeps its own processor; when ranks share one, the probe's rate falls and raw
+    efficiency measures the host, not the job. 1.0 = the job lost nothing beyond what
+    the host's compute did; above 1.0 is kept as measured. None where the stage or the
+    first stage has no reading."""
+    base = tflops[0] if tflops else None
+    return [round(e / (t / base), 4) if e is not None and t and base else None
+            for e, t in zip(effs, tflops)]
+
+
+def efficiency_basis(raw: list[float | None], normalised: list[float | None]) -> str:
+    """Compute-normalised when every measured stage has a normalised efficiency, else
+    raw: one basis for all stages, so a cliff compares like with like."""
+    measured = [n for e, n in zip(raw, normalised) if e is not None]
+    return COMPUTE_NORMALISED if measured and None not in measured else RAW
+
+
 def find_cliff(effs: list[float | None], drop: float) -> int | None:
     """Index of the first stage whose efficiency fell by more than ``drop`` from the
     previous measured stage."""

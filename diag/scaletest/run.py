@@ -11,7 +11,9 @@ from typing import Callable
 from diag import schema
 from diag.events import read_run_events
 from diag.scaletest.config import ScaleTestConfig
-from diag.scaletest.measure import StageMetrics, as_json, efficiencies, find_cliff, stage_metrics
+from diag.scaletest.measure import (COMPUTE_NORMALISED, RAW, StageMetrics, as_json,
+                                    efficiencies, efficiency_basis, find_cliff,
+                                    normalised_efficiencies, stage_metrics)
 from diag.scaletest.stage import (StageRun, StepOutcome, ddiag_cmd, launch_args, run_tool,
                                   run_trainer)
 
@@ -22,6 +24,7 @@ class ScaleTestResult:
     stages: list[StageRun] = field(default_factory=list)
     metrics: list[StageMetrics | None] = field(default_factory=list)
     efficiency: list[float | None] = field(default_factory=list)
+    """Raw efficiency per stage (measure.efficiencies)."""
     cliff_stage: int | None = None
     findings: dict = field(default_factory=dict)  # stage -> top findings (JSON)
     verdict: str = ""
@@ -35,6 +38,26 @@ class ScaleTestResult:
                 and not self.interrupted and not any(
                     f.get("severity") != "info" for fs in self.findings.values() for f in fs))
 
+    @property
+    def compute_tflops(self) -> list[float | None]:
+        """Per stage, the compute probe's median per-rank matmul rate (TFLOP/s)."""
+        return [_median_tflops(run) for run in self.stages]
+
+    @property
+    def efficiency_normalised(self) -> list[float | None]:
+        return normalised_efficiencies(self.efficiency, self.compute_tflops)
+
+    @property
+    def efficiency_basis(self) -> str:
+        return efficiency_basis(self.efficiency, self.efficiency_normalised)
+
+    @property
+    def judged_efficiency(self) -> list[float | None]:
+        """The efficiencies the cliff is judged on (``efficiency_basis``)."""
+        if self.efficiency_basis == COMPUTE_NORMALISED:
+            return self.efficiency_normalised
+        return self.efficiency
+
     def to_json(self) -> dict:
         cfg = self.config
         return {
@@ -42,17 +65,21 @@ class ScaleTestResult:
             "launcher": cfg.launcher, "slurm_job_id": cfg.slurm_job_id,
             "stages": list(cfg.stages), "steps": cfg.steps,
             "scaling": "strong" if cfg.strong else "weak", "verdict": self.verdict,
+            "efficiency_basis": self.efficiency_basis,
             "cliff_stage": self.cliff_stage, "interrupted": self.interrupted,
             "healthy": self.healthy,
             "seconds": round(self.seconds, 1),
-            "results": [_stage_json(run, m, e, self.findings.get(run.stage))
-                        for run, m, e in zip(self.stages, self.metrics, self.efficiency)],
+            "results": [_stage_json(run, m, e, n, self.findings.get(run.stage))
+                        for run, m, e, n in zip(self.stages, self.metrics, self.efficiency,
+                                                self.efficiency_normalised)],
         }
 
 
-def _stage_json(run: StageRun, m: StageMetrics | None, eff: float | None, findings) -> dict:
+def _stage_json(run: StageRun, m: StageMetrics | None, eff: float | None,
+                normalised: float | None, findings) -> dict:
     return {"stage": run.stage, "world_size": run.world_size, "run_dir": str(run.run_dir),
             "status": run.status, "reason": run.reason, "efficiency": eff,
+            "efficiency_normalised": normalised, "compute_tflops": _median_tflops(run),
             "metrics": as_json(m), "findings": findings or [],
             "steps": [{"name": s.name, "ok": s.ok, "seconds": round(s.seconds, 1),
                        "detail": s.detail} for s in run.steps],
@@ -142,7 +169,7 @@ def conclude(result: ScaleTestResult, status: Callable[[str], None]) -> None:
 
     cfg = result.config
     result.efficiency = efficiencies(result.metrics)
-    result.cliff_stage = _cliff(result, cfg)
+    result.cliff_stage = locate_cliff(result)
     for run in result.stages:  # small run dirs: seconds each, and a straggler or slow
         status(f"stage {run.stage}: analyzing")  # link shows before any cliff does
         found = analyze(run.run_dir)
@@ -151,8 +178,10 @@ def conclude(result: ScaleTestResult, status: Callable[[str], None]) -> None:
     (cfg.out / "scale-test.json").write_text(json.dumps(result.to_json(), indent=2, default=str))
 
 
-def _cliff(result: ScaleTestResult, cfg: ScaleTestConfig) -> int | None:
-    i = find_cliff(result.efficiency, cfg.cliff_drop)
+def locate_cliff(result: ScaleTestResult) -> int | None:
+    """The cliff stage, judged on compute-normalised efficiency where every measured
+    stage has it: on ranks that share processors, raw efficiency falls with the host."""
+    i = find_cliff(result.judged_efficiency, result.config.cliff_drop)
     return result.stages[i].stage if i is not None else None
 
 
@@ -162,21 +191,55 @@ def verdict(result: ScaleTestResult) -> str:
         r = failed[0]
         return f"stage {r.stage} {r.status}: {_top(result, r.stage) or r.reason}"
     if result.cliff_stage is None:
-        effs = [e for e in result.efficiency if e is not None]
-        found = next(((r.stage, t) for r in result.stages if (t := _top(result, r.stage))), None)
-        base = (f"no cliff: efficiency stays at or above {min(effs):.2f} up to "
-                f"{result.stages[-1].world_size} ranks" if effs else "no stage was measured")
-        return base + (f"; but stage {found[0]}: {found[1]}" if found else "")
-    i = [r.stage for r in result.stages].index(result.cliff_stage)
-    before, after = result.efficiency[i - 1], result.efficiency[i]
-    why = (_top(result, result.cliff_stage) or _compute_fell(result.stages[i - 1],
-                                                             result.stages[i])
-           or "no finding explains it")
+        return _no_cliff(result)
+    return _at_cliff(result)
+
+
+def _no_cliff(result: ScaleTestResult) -> str:
+    effs = [e for e in result.judged_efficiency if e is not None]
+    found = next(((r.stage, t) for r in result.stages if (t := _top(result, r.stage))), None)
+    if not effs:
+        base = "no stage was measured"
+    else:
+        note = _raw_fall_explained(result)
+        base = (f"no cliff: {note + '; ' if note else ''}{_basis_name(result)} stays at "
+                f"or above {min(effs):.2f} up to {result.stages[-1].world_size} ranks")
+    return base + (f"; but stage {found[0]}: {found[1]}" if found else "")
+
+
+def _raw_fall_explained(result: ScaleTestResult) -> str:
+    """Raw efficiency that would have made a cliff, when normalising by the compute
+    probe's per-rank rate says it did not: information, not a problem of the job."""
+    if (result.efficiency_basis != COMPUTE_NORMALISED
+            or find_cliff(result.efficiency, result.config.cliff_drop) is None):
+        return ""
+    measured = [(run, e) for run, e in zip(result.stages, result.efficiency) if e is not None]
+    (first, before), (last, after) = measured[0], measured[-1]
+    why = _compute_fell(first, last, ratio=1.0)
+    return f"raw efficiency {before:.2f} -> {after:.2f}" + (f", but {why}" if why else "")
+
+
+def _at_cliff(result: ScaleTestResult) -> str:
+    effs, stages = result.judged_efficiency, [r.stage for r in result.stages]
+    i = stages.index(result.cliff_stage)
+    j = max(k for k in range(i) if effs[k] is not None)  # find_cliff's previous measured
+    pair = (result.efficiency[j], result.efficiency[i])
+    raw = f" (raw {pair[0]:.2f} -> {pair[1]:.2f})" if pair != (effs[j], effs[i]) else ""
+    # Normalised, the compute probe's fall is already accounted for: it cannot explain.
+    fell = (_compute_fell(result.stages[j], result.stages[i])
+            if result.efficiency_basis == RAW else None)
+    why = _top(result, result.cliff_stage) or fell or "no finding explains it"
     later = next(((r.stage, t) for r in result.stages[i + 1:] if (t := _top(result, r.stage))),
                  None)
-    return (f"efficiency {before:.2f} -> {after:.2f} between stages "
-            f"{result.stages[i - 1].stage} and {result.cliff_stage}: {why}"
+    return (f"{_basis_name(result)} {effs[j]:.2f} -> {effs[i]:.2f}{raw} between stages "
+            f"{stages[j]} and {result.cliff_stage}: {why}"
             + (f"; and stage {later[0]}: {later[1]}" if later else ""))
+
+
+def _basis_name(result: ScaleTestResult) -> str:
+    if result.efficiency_basis == COMPUTE_NORMALISED:
+        return "compute-normalised efficiency"
+    return "efficiency"
 
 
 def _compute_fell(before: StageRun, after: StageRun, ratio: float = 0.75) -> str | None:

@@ -65,9 +65,11 @@ def test_local_scale_test_end_to_end(local_run):
     doc = json.loads(res.stdout)
     assert doc["format"] == "ddiag.scale_test" and [r["stage"] for r in doc["results"]] == [1, 2]
     assert doc["launcher"] == "local" and doc["slurm_job_id"] is None
+    assert doc["efficiency_basis"] == "raw"  # --no-probes: no compute reading to normalise by
     for r in doc["results"]:
         assert r["status"] == "ok", r
         assert r["metrics"]["samples_per_s"] > 0 and r["efficiency"] > 0
+        assert r["efficiency_normalised"] is None and r["compute_tflops"] is None
         assert set(r["metrics"]["per_rank_p95_s"]) == {str(i) for i in range(r["world_size"])}
         assert (Path(r["run_dir"]) / "events" / "rank00000.jsonl").exists()
         assert (Path(r["run_dir"]) / "fr" / "rank00000.json").exists()
