@@ -105,11 +105,11 @@ def render_scale_test(result, console: Console | None = None) -> None:
     console = console or Console()
     table = Table(title=f"ddiag scale-test: {result.config.mode}, {result.config.launcher} "
                         f"launcher, {'strong' if result.config.strong else 'weak'} scaling",
-                  caption="TFLOP/s: compute probe, median rank; norm eff: eff / (TFLOP/s / "
-                          "the first stage's); the cliff is judged on "
-                          f"{result.efficiency_basis} efficiency")
+                  caption="TFLOP/s: compute probe, median rank; host eff: eff against what "
+                          "the host's probes allow (compute rate, small all_reduce time); a "
+                          "fall the host predicts, with no finding, is no cliff")
     for col in ("stage", "ranks", "status", "samp/s", "p50 ms", "p95 ms", "comm", "data",
-                "TFLOP/s", "eff", "norm eff"):
+                "TFLOP/s", "eff", "host eff"):
         table.add_column(col, justify="left" if col == "status" else "right")
     for run, m, tflops, eff, norm in zip(result.stages, result.metrics, result.compute_tflops,
                                          result.efficiency, result.efficiency_normalised):

@@ -5,12 +5,11 @@ its cliff, and each stage's per-rank step times and time split. Inline SVG and C
 from __future__ import annotations
 
 from diag.report.svg import NORMAL, SLOW, dot, esc, line, page, polyline, rect, svg, text
-from diag.scaletest.measure import COMPUTE_NORMALISED
 from diag.scaletest.run import ScaleTestResult, peak_busbw
 
 THROUGHPUT = "#27ae60"
 NORMALISED = "#16a2b8"
-"""Compute-normalised efficiency; raw efficiency is drawn in NORMAL blue."""
+"""Efficiency against what the host allows; raw efficiency is drawn in NORMAL blue."""
 SHARES = (("compute", "#5b8def"), ("comm", "#e67e22"), ("data", "#8e44ad"))
 
 
@@ -39,7 +38,7 @@ def _header(result: ScaleTestResult) -> str:
 def stage_table(result: ScaleTestResult) -> str:
     head = ("<tr><th>stage</th><th>ranks</th><th class=l>status</th><th>samples/s</th>"
             "<th>efficiency (raw)</th><th>per-rank TFLOP/s</th>"
-            "<th>compute-normalised efficiency</th><th>step p50 ms</th><th>step p95 ms</th>"
+            "<th>against the host</th><th>step p50 ms</th><th>step p95 ms</th>"
             "<th>compute</th><th>comm</th><th>data</th><th>busbw GB/s</th></tr>")
     rows = []
     for run, m, eff, tflops, norm in zip(result.stages, result.metrics, result.efficiency,
@@ -56,9 +55,11 @@ def stage_table(result: ScaleTestResult) -> str:
                     + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return (f"<table>{head}{''.join(rows)}</table>"
             '<p class="muted">per-rank TFLOP/s: the compute probe\'s median rank; '
-            "compute-normalised efficiency: efficiency / (per-rank TFLOP/s / the first "
-            "stage's), so ranks that share processors do not look like a job that scales "
-            f"badly. The cliff is judged on {esc(result.efficiency_basis)} efficiency.</p>")
+            "against the host: efficiency x the slowdown the probes predict (compute share "
+            "by the per-rank TFLOP/s, communication share by a small all_reduce's time), "
+            "so ranks that share processors do not look like a job that scales badly. A "
+            "fall in efficiency is a cliff unless the host predicts it and no finding "
+            "points at a fault.</p>")
 
 
 LEFT, TOP, PLOT_W, PLOT_H = 60, 20, 580, 190
@@ -70,9 +71,9 @@ def _y(value: float, axis_top: float) -> float:
 
 
 def scaling_curve_svg(result: ScaleTestResult) -> str:
-    """Raw and compute-normalised efficiency (left axis) and samples/s (right axis;
+    """Raw efficiency and efficiency against the host (left axis) and samples/s (right axis;
     dashed: linear from the first stage) over the stages, evenly spaced as they usually
-    double; the cliff in red on the efficiency it was judged on."""
+    double; the cliff in red on the raw efficiency."""
     n = len(result.stages)
     if not any(e is not None for e in result.efficiency):
         return '<p class="muted">no stage was measured</p>'
@@ -85,9 +86,8 @@ def scaling_curve_svg(result: ScaleTestResult) -> str:
     body = (_axes(result, xs, eff_top, tp_top) + _series(result, xs, eff_top, tp_top, ideal)
             + _cliff_marker(result, xs))
     return ('<p class="muted">blue: efficiency, raw (left axis, 1.0 = perfect scaling); '
-            f'teal: compute-normalised efficiency ({_normalised_legend(result)}); green: '
-            'samples/s (right axis), dashed: linear scaling from the first stage; the cliff '
-            f'is judged on {esc(result.efficiency_basis)} efficiency</p>'
+            f'teal: efficiency against the host ({_normalised_legend(result)}); green: '
+            'samples/s (right axis), dashed: linear scaling from the first stage</p>'
             + svg(LEFT + PLOT_W + 80, TOP + PLOT_H + 50, body,
                   "scaling curve: efficiency and throughput per stage"))
 
@@ -117,20 +117,19 @@ def _axes(result: ScaleTestResult, xs: list[float], eff_top: float, tp_top: floa
 
 def _normalised_legend(result: ScaleTestResult) -> str:
     if not any(e is not None for e in result.efficiency_normalised):
-        return "none: the first stage has no compute probe reading"
-    return "efficiency / per-rank compute rate kept from the first stage"
+        return "none: a stage has no probe reading"
+    return "efficiency x the slowdown the host's probes predict"
 
 
 def _series(result: ScaleTestResult, xs: list[float], eff_top: float, tp_top: float,
             ideal: list[float | None]) -> str:
     tp = [(x, m.samples_per_s) for x, m in zip(xs, result.metrics) if m and m.samples_per_s]
-    judged = result.efficiency_basis == COMPUTE_NORMALISED
     parts = [polyline([(x, _y(t, tp_top)) for x, t in zip(xs, ideal) if t], THROUGHPUT, "5 4"),
              polyline([(x, _y(t, tp_top)) for x, t in tp], THROUGHPUT),
              _efficiency_line(result, xs, eff_top, result.efficiency, NORMAL,
-                              "efficiency (raw)", not judged),
+                              "efficiency (raw)", True),
              _efficiency_line(result, xs, eff_top, result.efficiency_normalised, NORMALISED,
-                              "compute-normalised efficiency", judged)]
+                              "efficiency against the host", False)]
     parts += [dot(x, _y(t, tp_top), THROUGHPUT, f"{t:.1f} samples/s", r=3) for x, t in tp]
     return "".join(parts)
 

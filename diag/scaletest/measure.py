@@ -80,28 +80,59 @@ def efficiencies(metrics: list[StageMetrics | None]) -> list[float | None]:
     return out
 
 
-RAW, COMPUTE_NORMALISED = "raw", "compute-normalised"
-"""The efficiency a cliff is judged on (``efficiency_basis`` in scale-test.json)."""
+RAW, PROBE_NORMALISED = "raw", "probe-normalised"
+"""Whether a stage's fall in efficiency could be checked against the host's probes
+(``efficiency_basis`` in scale-test.json)."""
 
 
-def normalised_efficiencies(effs: list[float | None], tflops: list[float | None]
-                            ) -> list[float | None]:
-    """Efficiency divided by the share of the first stage's per-rank compute rate (the
-    compute probe's median rank, TFLOP/s) that the stage kept. Weak scaling assumes each
-    rank keeps its own processor; when ranks share one, the probe's rate falls and raw
-    efficiency measures the host, not the job. 1.0 = the job lost nothing beyond what
-    the host's compute did; above 1.0 is kept as measured. None where the stage or the
-    first stage has no reading."""
-    base = tflops[0] if tflops else None
-    return [round(e / (t / base), 4) if e is not None and t and base else None
-            for e, t in zip(effs, tflops)]
+@dataclass(frozen=True)
+class HostReading:
+    """What a stage's probes say about its host, before the trainer runs."""
+
+    tflops: float | None
+    """Compute probe: the median rank's matmul rate."""
+    latency_us: float | None
+    """Collective probe: the time of a small all_reduce, which moves almost no bytes and
+    so measures how long the ranks take to meet: network latency, and the wait for a
+    peer process to get a core."""
+
+
+def expected_slowdown(first: StageMetrics | None, base: HostReading, here: HostReading
+                      ) -> float | None:
+    """How much longer than the first stage's a step should take on this stage's host if
+    the job itself lost nothing: the first stage's compute share slowed by the fall of the
+    per-rank matmul rate, its communication share by the rise of the small all_reduce's
+    time, its data share as it was. Weak scaling: each rank's work is the same at every
+    stage. None without both stages' readings."""
+    if first is None or first.compute_share is None or not (base.tflops and here.tflops):
+        return None
+    comm = first.comm_share or 0.0
+    if comm and not (base.latency_us and here.latency_us):
+        return None
+    meet = here.latency_us / base.latency_us if comm else 1.0
+    return ((first.data_share or 0.0) + first.compute_share * base.tflops / here.tflops
+            + comm * meet)
+
+
+def normalised_efficiencies(effs: list[float | None], first: StageMetrics | None,
+                            readings: list[HostReading]) -> list[float | None]:
+    """Efficiency against what the host allows: the first stage's step time times the
+    expected slowdown, over the stage's measured step time (weak scaling: efficiency x
+    expected slowdown). 1.0 = the job lost nothing beyond what the host's probes
+    predict; above 1.0 is kept as measured. None where a reading is missing."""
+    base = readings[0] if readings else None
+    out = []
+    for eff, here in zip(effs, readings):
+        slow = expected_slowdown(first, base, here) if eff is not None else None
+        out.append(round(eff * slow, 4) if slow else None)
+    return out
 
 
 def efficiency_basis(raw: list[float | None], normalised: list[float | None]) -> str:
-    """Compute-normalised when every measured stage has a normalised efficiency, else
-    raw: one basis for all stages, so a cliff compares like with like."""
+    """Probe-normalised when every measured stage has a normalised efficiency, else raw:
+    a stage's fall is checked against the host only when all stages can be."""
     measured = [n for e, n in zip(raw, normalised) if e is not None]
-    return COMPUTE_NORMALISED if measured and None not in measured else RAW
+    return PROBE_NORMALISED if measured and None not in measured else RAW
 
 
 def find_cliff(effs: list[float | None], drop: float) -> int | None:

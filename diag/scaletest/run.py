@@ -11,8 +11,8 @@ from typing import Callable
 from diag import schema
 from diag.events import read_run_events
 from diag.scaletest.config import ScaleTestConfig
-from diag.scaletest.measure import (COMPUTE_NORMALISED, RAW, StageMetrics, as_json,
-                                    efficiencies, efficiency_basis, find_cliff,
+from diag.scaletest.measure import (PROBE_NORMALISED, RAW, HostReading, StageMetrics,
+                                    as_json, efficiencies, efficiency_basis,
                                     normalised_efficiencies, stage_metrics)
 from diag.scaletest.stage import (StageRun, StepOutcome, ddiag_cmd, launch_args, run_tool,
                                   run_trainer)
@@ -44,19 +44,21 @@ class ScaleTestResult:
         return [_median_tflops(run) for run in self.stages]
 
     @property
+    def host_readings(self) -> list[HostReading]:
+        return [HostReading(_median_tflops(run), small_all_reduce_us(run))
+                for run in self.stages]
+
+    @property
     def efficiency_normalised(self) -> list[float | None]:
-        return normalised_efficiencies(self.efficiency, self.compute_tflops)
+        """Against what each stage's host allows (measure.normalised_efficiencies);
+        weak scaling only, as the model keeps each rank's work fixed."""
+        if self.config.strong or not self.metrics:
+            return [None] * len(self.stages)
+        return normalised_efficiencies(self.efficiency, self.metrics[0], self.host_readings)
 
     @property
     def efficiency_basis(self) -> str:
         return efficiency_basis(self.efficiency, self.efficiency_normalised)
-
-    @property
-    def judged_efficiency(self) -> list[float | None]:
-        """The efficiencies the cliff is judged on (``efficiency_basis``)."""
-        if self.efficiency_basis == COMPUTE_NORMALISED:
-            return self.efficiency_normalised
-        return self.efficiency
 
     def to_json(self) -> dict:
         cfg = self.config
@@ -80,6 +82,7 @@ def _stage_json(run: StageRun, m: StageMetrics | None, eff: float | None,
     return {"stage": run.stage, "world_size": run.world_size, "run_dir": str(run.run_dir),
             "status": run.status, "reason": run.reason, "efficiency": eff,
             "efficiency_normalised": normalised, "compute_tflops": _median_tflops(run),
+            "small_all_reduce_us": small_all_reduce_us(run),
             "metrics": as_json(m), "findings": findings or [],
             "steps": [{"name": s.name, "ok": s.ok, "seconds": round(s.seconds, 1),
                        "detail": s.detail} for s in run.steps],
@@ -179,10 +182,29 @@ def conclude(result: ScaleTestResult, status: Callable[[str], None]) -> None:
 
 
 def locate_cliff(result: ScaleTestResult) -> int | None:
-    """The cliff stage, judged on compute-normalised efficiency where every measured
-    stage has it: on ranks that share processors, raw efficiency falls with the host."""
-    i = find_cliff(result.judged_efficiency, result.config.cliff_drop)
-    return result.stages[i].stage if i is not None else None
+    """The first stage whose efficiency fell by more than the threshold from the previous
+    measured stage, unless the host's probes predict the fall and no finding points at a
+    fault there. On ranks that share processors, efficiency falls with the host; that is
+    no cliff of the job's."""
+    for j, i in _falls(result):
+        if _top(result, result.stages[i].stage) or not _host_predicts(result, j, i):
+            return result.stages[i].stage
+    return None
+
+
+def _falls(result: ScaleTestResult) -> list[tuple[int, int]]:
+    """(previous measured stage, stage) index pairs where efficiency fell past the
+    threshold."""
+    effs, drop = result.efficiency, result.config.cliff_drop
+    measured = [i for i, e in enumerate(effs) if e is not None]
+    return [(j, i) for j, i in zip(measured, measured[1:]) if effs[j] - effs[i] > drop]
+
+
+def _host_predicts(result: ScaleTestResult, j: int, i: int) -> bool:
+    norm = result.efficiency_normalised
+    if result.efficiency_basis != PROBE_NORMALISED:
+        return False
+    return norm[j] - norm[i] <= result.config.cliff_drop
 
 
 def verdict(result: ScaleTestResult) -> str:
@@ -196,50 +218,48 @@ def verdict(result: ScaleTestResult) -> str:
 
 
 def _no_cliff(result: ScaleTestResult) -> str:
-    effs = [e for e in result.judged_efficiency if e is not None]
+    effs = [e for e in result.efficiency if e is not None]
     found = next(((r.stage, t) for r in result.stages if (t := _top(result, r.stage))), None)
     if not effs:
         base = "no stage was measured"
+    elif _falls(result):  # each one predicted by the host, or there would be a cliff
+        base = "no cliff: " + _host_fall(result)
     else:
-        note = _raw_fall_explained(result)
-        base = (f"no cliff: {note + '; ' if note else ''}{_basis_name(result)} stays at "
-                f"or above {min(effs):.2f} up to {result.stages[-1].world_size} ranks")
+        base = (f"no cliff: efficiency stays at or above {min(effs):.2f} up to "
+                f"{result.stages[-1].world_size} ranks")
     return base + (f"; but stage {found[0]}: {found[1]}" if found else "")
 
 
-def _raw_fall_explained(result: ScaleTestResult) -> str:
-    """Raw efficiency that would have made a cliff, when normalising by the compute
-    probe's per-rank rate says it did not: information, not a problem of the job."""
-    if (result.efficiency_basis != COMPUTE_NORMALISED
-            or find_cliff(result.efficiency, result.config.cliff_drop) is None):
-        return ""
-    measured = [(run, e) for run, e in zip(result.stages, result.efficiency) if e is not None]
-    (first, before), (last, after) = measured[0], measured[-1]
-    why = _compute_fell(first, last, ratio=1.0)
-    return f"raw efficiency {before:.2f} -> {after:.2f}" + (f", but {why}" if why else "")
+def _host_fall(result: ScaleTestResult) -> str:
+    """Efficiency that fell as the host's probes predict: information, not a problem of
+    the job."""
+    measured = [i for i, e in enumerate(result.efficiency) if e is not None]
+    first, last = measured[0], measured[-1]
+    (a, b), effs = (result.host_readings[k] for k in (first, last)), result.efficiency
+    norm = [n for n in result.efficiency_normalised if n is not None]
+    meet = (f", a small all_reduce {a.latency_us:.0f} -> {b.latency_us:.0f} us"
+            if a.latency_us and b.latency_us else "")
+    return (f"efficiency fell {effs[first]:.2f} -> {effs[last]:.2f} as the host's probes "
+            f"predict (per-rank compute {a.tflops:.3f} -> {b.tflops:.3f} TFLOP/s{meet}): the "
+            "ranks share processors; against what the host allows, efficiency stays at or "
+            f"above {min(norm):.2f} up to {result.stages[last].world_size} ranks")
 
 
 def _at_cliff(result: ScaleTestResult) -> str:
-    effs, stages = result.judged_efficiency, [r.stage for r in result.stages]
+    effs, stages = result.efficiency, [r.stage for r in result.stages]
     i = stages.index(result.cliff_stage)
-    j = max(k for k in range(i) if effs[k] is not None)  # find_cliff's previous measured
-    pair = (result.efficiency[j], result.efficiency[i])
-    raw = f" (raw {pair[0]:.2f} -> {pair[1]:.2f})" if pair != (effs[j], effs[i]) else ""
-    # Normalised, the compute probe's fall is already accounted for: it cannot explain.
+    j = max(k for k in range(i) if effs[k] is not None)  # the previous measured stage
+    norm = result.efficiency_normalised
+    host = (f" (against what the host allows: {norm[j]:.2f} -> {norm[i]:.2f})"
+            if norm[j] is not None and norm[i] is not None else "")
     fell = (_compute_fell(result.stages[j], result.stages[i])
             if result.efficiency_basis == RAW else None)
     why = _top(result, result.cliff_stage) or fell or "no finding explains it"
     later = next(((r.stage, t) for r in result.stages[i + 1:] if (t := _top(result, r.stage))),
                  None)
-    return (f"{_basis_name(result)} {effs[j]:.2f} -> {effs[i]:.2f}{raw} between stages "
-            f"{stages[j]} and {result.cliff_stage}: {why}"
+    return (f"efficiency {effs[j]:.2f} -> {effs[i]:.2f}{host} between stages {stages[j]} "
+            f"and {result.cliff_stage}: {why}"
             + (f"; and stage {later[0]}: {later[1]}" if later else ""))
-
-
-def _basis_name(result: ScaleTestResult) -> str:
-    if result.efficiency_basis == COMPUTE_NORMALISED:
-        return "compute-normalised efficiency"
-    return "efficiency"
 
 
 def _compute_fell(before: StageRun, after: StageRun, ratio: float = 0.75) -> str | None:
@@ -254,9 +274,26 @@ def _compute_fell(before: StageRun, after: StageRun, ratio: float = 0.75) -> str
             "added")
 
 
+SMALL_BYTES = 64 << 10
+"""all_reduce sizes up to this move next to nothing: their time is the ranks meeting."""
+
+
+def small_all_reduce_us(run: StageRun) -> float | None:
+    """The collective probe's median time over its small all_reduces (microseconds)."""
+    rows = (_probes(run).get("collectives") or {}).get("rows", [])
+    times = sorted(r["time_us"] for r in rows if r.get("op") == "all_reduce"
+                   and isinstance(r.get("time_us"), (int, float))
+                   and r.get("size", SMALL_BYTES + 1) <= SMALL_BYTES)
+    return times[len(times) // 2] if times else None
+
+
+def _probes(run: StageRun) -> dict:
+    doc = next((s.doc for s in run.steps if s.name == "probes" and s.doc), None) or {}
+    return doc.get("probes", {})
+
+
 def _median_tflops(run: StageRun) -> float | None:
-    probes = next((s.doc for s in run.steps if s.name == "probes" and s.doc), None) or {}
-    ranks = (probes.get("probes", {}).get("compute") or {}).get("ranks", [])
+    ranks = (_probes(run).get("compute") or {}).get("ranks", [])
     rates = sorted(r["tflops"] for r in ranks if isinstance(r.get("tflops"), (int, float)))
     return rates[len(rates) // 2] if rates else None
 

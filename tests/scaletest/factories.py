@@ -1,5 +1,6 @@
-"""Scale-test results built by hand: stages with or without a compute probe reading, raw
-efficiencies given, the cliff located as conclude() does. No trainer runs."""
+"""Scale-test results built by hand: stages with or without probe readings (compute rate,
+small all_reduce time), raw efficiencies given, the cliff located as conclude() does. No
+trainer runs."""
 
 from __future__ import annotations
 
@@ -13,14 +14,18 @@ from diag.scaletest.stage import StageRun, StepOutcome
 SLOW_LINK = {4: [{"severity": "error", "title": "every link of node4 is slow"}]}
 
 
-def stage(n: int, tflops: float | None) -> StageRun:
+def stage(n: int, tflops: float | None, small_us: float | None = None) -> StageRun:
     """Stage n of 2 ranks per node; ``tflops`` is every rank's compute probe reading
-    (None: the stage ran no probes)."""
+    (None: the stage ran no probes), ``small_us`` the collective probe's time for its
+    small all_reduces (a large one, 1 MiB, takes 10x as long and must not count)."""
     run = StageRun(n, 2 * n, Path(f"/r/stage-{n}"))
     if tflops is not None:
         ranks = [{"rank": i, "tflops": tflops} for i in range(2 * n)]
-        run.steps.append(StepOutcome("probes", True, 1.0,
-                                     doc={"probes": {"compute": {"ranks": ranks}}}))
+        rows = [{"op": "all_reduce", "size": size, "time_us": small_us * (10 if big else 1)}
+                for size, big in ((4096, False), (65536, False), (1 << 20, True))
+                ] if small_us else []
+        run.steps.append(StepOutcome("probes", True, 1.0, doc={"probes": {
+            "compute": {"ranks": ranks}, "collectives": {"rows": rows}}}))
     return run
 
 
@@ -30,11 +35,21 @@ def metrics(world_size: int, eff: float) -> StageMetrics:
                         0.8, 0.15, 0.05, {})
 
 
-def result(eff: list[float], tflops: list[float | None], findings=None) -> ScaleTestResult:
+SHARED = ([0.052, 0.035, 0.022], [1000.0, 3000.0, 6000.0])
+"""Probe readings of ranks sharing processors: compute falls, the ranks take longer to
+meet."""
+
+
+def result(eff: list[float], tflops: list[float | None], findings=None,
+           small_us: list[float | None] | None = None, strong: bool = False
+           ) -> ScaleTestResult:
     """Stages 1, 2, 4 with these raw efficiencies, the cliff and the verdict as conclude()
-    makes them."""
-    cfg = ScaleTestConfig(out=Path("/r"), stages=(1, 2, 4), launcher="slurm", nproc_per_node=2)
-    r = ScaleTestResult(cfg, stages=[stage(n, t) for n, t in zip(cfg.stages, tflops)],
+    makes them. Every stage's step is 80% compute, 15% communication, 5% data."""
+    cfg = ScaleTestConfig(out=Path("/r"), stages=(1, 2, 4), launcher="slurm", nproc_per_node=2,
+                          strong=strong)
+    small_us = small_us or [None] * len(tflops)
+    r = ScaleTestResult(cfg, stages=[stage(n, t, u) for n, t, u in zip(cfg.stages, tflops,
+                                                                         small_us)],
                         metrics=[metrics(2 * n, e) for n, e in zip(cfg.stages, eff)],
                         efficiency=eff, findings=findings or {})
     r.cliff_stage = locate_cliff(r)

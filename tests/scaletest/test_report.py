@@ -14,14 +14,14 @@ from rich.console import Console
 
 from diag.events import read_run_events
 from diag.render import render_scale_test
-from diag.report.scale_test_html import render_scale_test_html, scaling_curve_svg
-from diag.report.svg import NORMAL, SLOW
+from diag.report.scale_test_html import NORMALISED, render_scale_test_html, scaling_curve_svg
+from diag.report.svg import SLOW
 from diag.scaletest.config import ScaleTestConfig
 from diag.scaletest.measure import efficiencies, stage_metrics
 from diag.scaletest.run import ScaleTestResult
 from diag.scaletest.stage import StageRun
 from tests.analyze.test_reports import CHROMIUM_FLAGS
-from tests.scaletest.factories import SLOW_LINK, result
+from tests.scaletest.factories import SHARED, SLOW_LINK, result
 from tests.util import run
 
 VERDICT = "efficiency 1.00 -> 0.40 between stages 1 and 2: <b>rank 1</b> is slow"
@@ -105,31 +105,32 @@ def test_a_failed_stage_shows_its_reason_and_no_plots(local_run):
     assert "no event logs from this stage" in page and 'class="cliff"' not in page
 
 
-def test_table_and_curve_show_raw_and_normalised_efficiency_and_the_judged_cliff():
-    page = render_scale_test_html(result([1.0, 0.8, 0.2], [0.05, 0.035, 0.022], SLOW_LINK))
+def test_table_and_curve_show_raw_and_host_efficiency_and_the_cliff():
+    page = render_scale_test_html(result([1.0, 0.59, 0.12], SHARED[0], SLOW_LINK,
+                                         small_us=SHARED[1]))
     assert_self_contained(page)
-    assert "<th>efficiency (raw)</th><th>per-rank TFLOP/s</th>" in page
-    assert "<td>0.20</td><td>0.022</td><td>0.45</td>" in page  # stage 4: raw, rate, normalised
+    assert "<th>efficiency (raw)</th><th>per-rank TFLOP/s</th><th>against the host</th>" in page
+    assert "<td>0.12</td><td>0.022</td><td>0.34</td>" in page  # stage 4: raw, rate, host
     curve = page[page.index("<h2>Scaling curve</h2>"):page.index("<h2>Stage 1:")]
-    assert curve.count("<circle") == 9  # raw, normalised and samples/s of 3 stages
-    assert "judged on compute-normalised efficiency" in curve
-    # The cliff is red on the efficiency it was judged on, not on the raw one.
-    assert f'fill="{SLOW}"><title>stage 4 (8 ranks): compute-normalised efficiency 0.45' in curve
-    assert f'fill="{NORMAL}"><title>stage 4 (8 ranks): efficiency (raw) 0.20' in curve
+    assert curve.count("<circle") == 9  # raw, against the host and samples/s of 3 stages
+    # The cliff is red on the raw efficiency; the host's line is context.
+    assert f'fill="{SLOW}"><title>stage 4 (8 ranks): efficiency (raw) 0.12' in curve
+    assert f'fill="{NORMALISED}"><title>stage 4 (8 ranks): efficiency against the host 0.34' \
+        in curve
 
 
-def test_without_a_first_stage_reading_the_curve_says_there_is_no_normalised_line():
+def test_without_a_probe_reading_the_curve_says_there_is_no_host_line():
     curve = scaling_curve_svg(result([1.0, 0.59, 0.32], [None, 0.035, 0.022]))
-    assert "none: the first stage has no compute probe reading" in curve
-    assert curve.count("<circle") == 6 and "compute-normalised efficiency 0" not in curve
+    assert "none: a stage has no probe reading" in curve
+    assert curve.count("<circle") == 6 and "against the host 0" not in curve
     assert f'fill="{SLOW}"><title>stage 2 (4 ranks): efficiency (raw) 0.59' in curve
 
 
-def test_terminal_table_has_both_efficiencies_and_the_basis():
+def test_terminal_table_has_both_efficiencies():
     console = Console(record=True, width=160)
-    render_scale_test(result([1.0, 0.59, 0.32], [0.052, 0.035, 0.022]), console)
+    render_scale_test(result([1.0, 0.59, 0.32], SHARED[0], small_us=SHARED[1]), console)
     out = console.export_text()
-    assert "┃ TFLOP/s ┃  eff ┃ norm eff ┃" in out
-    assert "│   0.022 │ 0.32 │     0.76 │" in out
-    assert "judged on compute-normalised efficiency" in " ".join(out.split())
+    assert "┃ TFLOP/s ┃  eff ┃ host eff ┃" in out
+    assert "│   0.022 │ 0.32 │     0.91 │" in out
+    assert "a fall the host predicts, with no finding, is no cliff" in " ".join(out.split())
     assert "<- cliff" not in out

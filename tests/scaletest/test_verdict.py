@@ -1,50 +1,66 @@
-"""The cliff and the verdict sentence, from stage results built by hand (no trainer runs):
-efficiency normalised by the compute probe's per-rank rate, and raw where a stage has no
-probe reading."""
+"""The cliff and the verdict sentence, from stage results built by hand (no trainer runs).
+A fall in efficiency is a cliff unless the host's probes predict it (per-rank compute
+rate, small all_reduce time) and no finding points at a fault on that stage."""
 
 from __future__ import annotations
 
+import pytest
+
 from diag.scaletest.run import verdict
-from tests.scaletest.factories import SLOW_LINK, result
+from tests.scaletest.factories import SHARED, SLOW_LINK, result
 
 
 def test_ranks_sharing_processors_are_no_cliff_and_the_verdict_says_why():
-    r = result([1.0, 0.59, 0.32], [0.052, 0.035, 0.022])
-    assert r.efficiency_normalised == [1.0, 0.8766, 0.7564]
+    r = result([1.0, 0.59, 0.32], SHARED[0], small_us=SHARED[1])
+    # stage 2: 0.59 x (0.05 + 0.8 x 0.052/0.035 + 0.15 x 3); stage 4 likewise
+    assert r.efficiency_normalised == pytest.approx([1.0, 0.9963, 0.9091], abs=1e-4)
     assert r.cliff_stage is None and r.healthy
     assert verdict(r) == (
-        "no cliff: raw efficiency 1.00 -> 0.32, but per-rank compute fell 0.052 -> 0.022 "
-        "TFLOP/s (probe compute): the ranks share processors, so each does less work per "
-        "second as more are added; compute-normalised efficiency stays at or above 0.76 "
+        "no cliff: efficiency fell 1.00 -> 0.32 as the host's probes predict (per-rank "
+        "compute 0.052 -> 0.022 TFLOP/s, a small all_reduce 1000 -> 6000 us): the ranks "
+        "share processors; against what the host allows, efficiency stays at or above 0.91 "
         "up to 8 ranks")
     doc = r.to_json()
-    assert doc["efficiency_basis"] == "compute-normalised" and doc["cliff_stage"] is None
-    assert [(s["efficiency"], s["efficiency_normalised"], s["compute_tflops"])
-            for s in doc["results"]] == [(1.0, 1.0, 0.052), (0.59, 0.8766, 0.035),
-                                         (0.32, 0.7564, 0.022)]
+    assert doc["efficiency_basis"] == "probe-normalised" and doc["cliff_stage"] is None
+    assert [(s["compute_tflops"], s["small_all_reduce_us"]) for s in doc["results"]] == [
+        (0.052, 1000.0), (0.035, 3000.0), (0.022, 6000.0)]
 
 
-def test_a_slow_link_is_a_cliff_after_normalising_and_its_finding_the_reason():
-    r = result([1.0, 0.8, 0.2], [0.05, 0.035, 0.022], SLOW_LINK)
-    assert r.efficiency_normalised == [1.0, 1.1429, 0.4545]  # above 1.0 kept as measured
+def test_a_fall_beyond_what_the_host_predicts_is_a_cliff_and_its_finding_the_reason():
+    r = result([1.0, 0.59, 0.12], SHARED[0], findings=SLOW_LINK, small_us=SHARED[1])
     assert r.cliff_stage == 4 and not r.healthy
-    assert verdict(r) == ("compute-normalised efficiency 1.14 -> 0.45 (raw 0.80 -> 0.20) "
-                          "between stages 2 and 4: every link of node4 is slow")
+    assert verdict(r) == ("efficiency 0.59 -> 0.12 (against what the host allows: "
+                          "1.00 -> 0.34) between stages 2 and 4: every link of node4 is slow")
 
 
-def test_a_normalised_cliff_is_not_put_down_to_shared_processors():
-    text = verdict(result([1.0, 0.8, 0.2], [0.05, 0.035, 0.022]))
-    assert text.endswith(": no finding explains it") and "share processors" not in text
+def test_without_a_finding_an_unpredicted_fall_is_still_a_cliff():
+    text = verdict(result([1.0, 0.59, 0.12], SHARED[0], small_us=SHARED[1]))
+    assert text.endswith("between stages 2 and 4: no finding explains it")
+    assert "share processors" not in text
 
 
-def test_a_stage_without_a_probe_reading_judges_every_stage_raw():
-    r = result([1.0, 0.59, 0.32], [0.052, 0.035, None])
-    assert r.efficiency_normalised == [1.0, 0.8766, None]
-    assert r.efficiency_basis == "raw" and r.to_json()["efficiency_basis"] == "raw"
-    assert r.cliff_stage == 2  # raw: 1.00 -> 0.59
-    assert verdict(r) == ("efficiency 1.00 -> 0.59 between stages 1 and 2: per-rank compute "
-                          "fell 0.052 -> 0.035 TFLOP/s (probe compute): the ranks share "
-                          "processors, so each does less work per second as more are added")
+def test_a_predicted_fall_on_a_stage_with_a_finding_is_a_cliff_blamed_on_it():
+    r = result([1.0, 0.59, 0.32], SHARED[0], findings=SLOW_LINK,
+               small_us=SHARED[1])  # the host predicts 0.91
+    assert r.cliff_stage == 4  # stage 2's fall is the host's, stage 4 has a fault
+    assert verdict(r).endswith("1.00 -> 0.91) between stages 2 and 4: every link of node4 "
+                               "is slow")
+
+
+def test_a_stage_without_a_probe_reading_judges_raw_and_names_the_compute_fall():
+    r = result([1.0, 0.59, 0.32], [0.052, 0.035, None], small_us=[1000.0, 3000.0, None])
+    assert r.efficiency_normalised[2] is None and r.efficiency_basis == "raw"
+    assert r.cliff_stage == 2  # nothing to check the fall against
+    assert verdict(r) == ("efficiency 1.00 -> 0.59 (against what the host allows: 1.00 -> "
+                          "1.00) between stages 1 and 2: per-rank compute fell 0.052 -> "
+                          "0.035 TFLOP/s (probe compute): the ranks share processors, so "
+                          "each does less work per second as more are added")
+
+
+def test_communication_needs_the_collective_reading_and_compute_alone_does_not():
+    no_latency = result([1.0, 0.59, 0.32], SHARED[0])
+    assert no_latency.efficiency_normalised == [None] * 3  # 15% comm, nothing to scale it
+    assert no_latency.efficiency_basis == "raw" and no_latency.cliff_stage == 2
 
 
 def test_no_probes_at_all_is_raw():
@@ -53,8 +69,14 @@ def test_no_probes_at_all_is_raw():
     assert verdict(r) == "no cliff: efficiency stays at or above 0.90 up to 8 ranks"
 
 
-def test_steady_compute_normalises_to_raw_and_a_later_finding_is_named():
-    r = result([1.0, 0.6, 0.3], [0.05, 0.05, 0.05], SLOW_LINK)
+def test_strong_scaling_is_judged_raw():
+    r = result([1.0, 0.59, 0.32], SHARED[0], small_us=SHARED[1], strong=True)
+    assert r.efficiency_normalised == [None] * 3 and r.cliff_stage == 2
+
+
+def test_steady_host_and_a_later_finding_is_named():
+    r = result([1.0, 0.6, 0.3], [0.05, 0.05, 0.05], SLOW_LINK, small_us=[1000.0] * 3)
     assert r.efficiency_normalised == r.efficiency and r.cliff_stage == 2
-    assert verdict(r) == ("compute-normalised efficiency 1.00 -> 0.60 between stages 1 and "
-                          "2: no finding explains it; and stage 4: every link of node4 is slow")
+    assert verdict(r) == ("efficiency 1.00 -> 0.60 (against what the host allows: 1.00 -> "
+                          "0.60) between stages 1 and 2: no finding explains it; and stage 4: "
+                          "every link of node4 is slow")
