@@ -113,6 +113,12 @@ def watch(run_dir: Path, stall_s: float, kill: bool, timeout_s: float | None,
     sys.exit(1 if result.alarm else 0)
 
 
+def _model_args(**sizes: int | None) -> tuple[str, ...]:
+    """The trainer's own model flags, for the sizes given."""
+    return tuple(a for name, value in sizes.items() if value is not None
+                 for a in (f"--{name}", str(value)))
+
+
 @main.command("scale-test")
 @click.option("--stages", default=None,
               help="Comma-separated stages: process counts (local) or node counts (slurm). "
@@ -126,6 +132,14 @@ def watch(run_dir: Path, stall_s: float, kill: bool, timeout_s: float | None,
 @click.option("--steps", default=30, show_default=True, type=int)
 @click.option("--batch", default=8, show_default=True, type=int, help="Per-rank micro-batch.")
 @click.option("--strong", is_flag=True, help="Strong scaling: keep the first stage's global batch.")
+@click.option("--width", type=click.IntRange(min=8), default=None,
+              help="Trainer model's hidden size (default: the trainer's, 64).")
+@click.option("--layers", type=click.IntRange(min=1), default=None,
+              help="Trainer model's transformer blocks (default: the trainer's, 2).")
+@click.option("--vocab", type=click.IntRange(min=2), default=None,
+              help="Trainer model's vocabulary (default: the trainer's, 128). Its embedding "
+                   "adds gradient bytes at little compute: raise it to rehearse a job whose "
+                   "steps are bound by the network.")
 @click.option("--inject", multiple=True, help="Trainer fault, e.g. slow_compute:rank=1 (repeatable).")
 @click.option("--stage-timeout", default=300.0, show_default=True, type=float)
 @click.option("--stall", default=30.0, show_default=True, type=float,
@@ -146,7 +160,8 @@ def watch(run_dir: Path, stall_s: float, kill: bool, timeout_s: float | None,
                    "and exit.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.pass_context
-def scale_test(ctx, stages, mode, launcher, nproc_per_node, steps, batch, strong, inject,
+def scale_test(ctx, stages, mode, launcher, nproc_per_node, steps, batch, strong, width,
+               layers, vocab, inject,
                stage_timeout, stall, keep_going, no_probes, env_on, master_port, out,
                html_out, dry_run, as_json) -> None:
     """Run the reference trainer at 1 -> 2 -> 4 -> N and explain where scaling breaks."""
@@ -169,7 +184,8 @@ def scale_test(ctx, stages, mode, launcher, nproc_per_node, steps, batch, strong
                               strong=strong, inject=tuple(inject), stage_timeout_s=stage_timeout,
                               stall_s=stall, keep_going=keep_going, probes=not no_probes,
                               env_on=tuple(env_on), master_port=master_port,
-                              slurm_job_id=job_id)
+                              slurm_job_id=job_id,
+                              trainer_args=_model_args(width=width, layers=layers, vocab=vocab))
         parse_env_on(cfg.env_on)
     except (ValueError, LaunchError) as exc:
         fail(str(exc).replace("invalid literal for int() with base 10",

@@ -67,6 +67,7 @@ class ScaleTestResult:
             "launcher": cfg.launcher, "slurm_job_id": cfg.slurm_job_id,
             "stages": list(cfg.stages), "steps": cfg.steps,
             "scaling": "strong" if cfg.strong else "weak", "verdict": self.verdict,
+            "trainer_args": list(cfg.trainer_args),
             "efficiency_basis": self.efficiency_basis,
             "cliff_stage": self.cliff_stage, "interrupted": self.interrupted,
             "healthy": self.healthy,

@@ -143,3 +143,14 @@ def test_live_display_keeps_each_finished_step_with_its_duration():
     assert re.search(r"stage 2: training ddp on 4 rank\(s\)  \(\d+\.\d s\)", text)
     assert "stage 2/3 (4 ranks)" in text  # the live line's last frame
     assert "  hang: ranks [3] lag; ending the stage\n" in text  # news, not a timed step
+
+
+def test_model_size_reaches_every_stage_trainer_and_bad_sizes_are_refused(tmp_path):
+    res = ddiag("--stages", "1,2", "--vocab", "8192", "--width", "96", "--out",
+                str(tmp_path / "st"), "--dry-run")
+    assert res.returncode == 0, res.stderr
+    trainers = [line for line in res.stdout.splitlines() if "reference_trainer" in line]
+    assert len(trainers) == 2
+    assert all("--width 96 --vocab 8192" in line for line in trainers)
+    bad = ddiag("--vocab", "0", "--out", str(tmp_path / "st2"), "--dry-run")
+    assert bad.returncode == 2 and "--vocab" in bad.stderr
