@@ -168,16 +168,17 @@ def _measure(run: StageRun, cfg: ScaleTestConfig, stage: int) -> StageMetrics | 
 
 
 def conclude(result: ScaleTestResult, status: Callable[[str], None]) -> None:
-    """Efficiencies, the cliff, and ``analyze`` on the cliff and on failed stages."""
+    """Efficiencies, ``analyze`` on every stage, then the cliff (a stage's findings
+    decide whether a fall the host predicts is still a cliff) and the verdict."""
     from diag.analyze import analyze
 
     cfg = result.config
     result.efficiency = efficiencies(result.metrics)
-    result.cliff_stage = locate_cliff(result)
     for run in result.stages:  # small run dirs: seconds each, and a straggler or slow
         status(f"stage {run.stage}: analyzing")  # link shows before any cliff does
         found = analyze(run.run_dir)
         result.findings[run.stage] = [f.to_json() for f in found.findings[:3]]
+    result.cliff_stage = locate_cliff(result)
     result.verdict = verdict(result)
     (cfg.out / "scale-test.json").write_text(json.dumps(result.to_json(), indent=2, default=str))
 

@@ -4,6 +4,8 @@ rate, small all_reduce time) and no finding points at a fault on that stage."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from diag.scaletest.run import verdict
@@ -80,3 +82,22 @@ def test_steady_host_and_a_later_finding_is_named():
     assert verdict(r) == ("efficiency 1.00 -> 0.60 (against what the host allows: 1.00 -> "
                           "0.60) between stages 1 and 2: no finding explains it; and stage 4: "
                           "every link of node4 is slow")
+
+
+def test_conclude_looks_for_the_cliff_after_analyzing_every_stage(monkeypatch, tmp_path):
+    import diag.analyze
+    from diag.scaletest.run import conclude
+
+    class Finding:
+        def to_json(self):
+            return {"severity": "error", "title": "every link of node4 is slow"}
+
+    def analyze(run_dir):  # what ddiag analyze finds on each stage of a throttled node4
+        found = [Finding()] if str(run_dir).endswith("stage-4") else []
+        return type("Analysis", (), {"findings": found})()
+
+    monkeypatch.setattr(diag.analyze, "analyze", analyze)
+    r = result([1.0, 0.59, 0.32], SHARED[0], small_us=SHARED[1])  # the host predicts both
+    r.config, r.findings = dataclasses.replace(r.config, out=tmp_path), {}
+    conclude(r, status=lambda line: None)
+    assert r.cliff_stage == 4 and "every link of node4 is slow" in r.verdict
