@@ -108,7 +108,8 @@ class CollectiveRecorder:
         # This step's DDP buckets, reduced in place. DDP reuses them and nothing writes
         # them again before the next backward, so the step end can still read them.
         self.reduced_buckets: list = []
-        self._bucket_fields: dict[tuple, dict] = {}  # (numel, norm) per reduced DDP bucket
+        # (group, numel, dtype) -> (a DDP bucket record's fixed fields, is floating point)
+        self._bucket_fields: dict[tuple, tuple[dict, bool]] = {}
 
     def group_info(self, group) -> GroupInfo:
         pg = group if group is not None else dist.group.WORLD
