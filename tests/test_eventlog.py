@@ -150,8 +150,11 @@ def test_run_json_is_created_once_and_never_overwritten(tmp_path):
 
 
 SIGNAL_CHILD = """
-import sys, time, diag.eventlog as el
+import signal, sys, time, diag.eventlog as el
 from diag import schema
+# A job started in the background of a non-interactive shell (nohup ... &) inherits
+# SIGINT ignored, and ddiag rightly keeps it ignored; this test is about the default.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 el.install_signal_flush()
 w = el.EventWriter(sys.argv[1], {"kind": "header", **schema.stamp(schema.EVENTS), "rank": 0},
                    flush_interval=3600)
@@ -189,3 +192,21 @@ def test_training_into_dev_full_finishes_and_counts_drops(tmp_path):
     stats = json.loads(res.stdout.strip().splitlines()[-1])
     assert stats["written"] == 0 and stats["dropped"] >= 21  # header + 20 steps at least
     assert res.stderr.count("records are dropped") == 1
+
+
+def test_an_ignored_sigint_still_flushes_and_stays_ignored(tmp_path):
+    path = tmp_path / "r.jsonl"
+    child = SIGNAL_CHILD.replace("signal.default_int_handler", "signal.SIG_IGN")
+    proc = subprocess.Popen([sys.executable, "-c", child, str(path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGINT)
+        deadline = time.time() + 20
+        while time.time() < deadline and len(read_events(path)[0][0].of_kind("step")) < 100:
+            time.sleep(0.1)
+        assert len(read_events(path)[0][0].of_kind("step")) == 100  # flushed
+        assert proc.poll() is None  # and the job goes on, as it asked
+    finally:
+        proc.kill()
+        proc.wait(timeout=20)
