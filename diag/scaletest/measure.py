@@ -135,17 +135,11 @@ def efficiency_basis(raw: list[float | None], normalised: list[float | None]) ->
     return PROBE_NORMALISED if measured and None not in measured else RAW
 
 
-def find_cliff(effs: list[float | None], drop: float) -> int | None:
-    """Index of the first stage whose efficiency fell by more than ``drop`` from the
-    previous measured stage."""
-    prev = None
-    for i, eff in enumerate(effs):
-        if eff is None:
-            continue
-        if prev is not None and prev - eff > drop:
-            return i
-        prev = eff
-    return None
+def falls(effs: list[float | None], drop: float) -> list[tuple[int, int]]:
+    """(previous measured stage, stage) index pairs where efficiency fell by more than
+    ``drop``: the candidates for the cliff."""
+    measured = [i for i, e in enumerate(effs) if e is not None]
+    return [(j, i) for j, i in zip(measured, measured[1:]) if effs[j] - effs[i] > drop]
 
 
 def as_json(m: StageMetrics | None) -> dict | None:

@@ -12,7 +12,7 @@ from diag import schema
 from diag.events import read_run_events
 from diag.scaletest.config import ScaleTestConfig
 from diag.scaletest.measure import (PROBE_NORMALISED, RAW, HostReading, StageMetrics,
-                                    as_json, efficiencies, efficiency_basis,
+                                    as_json, efficiencies, efficiency_basis, falls,
                                     normalised_efficiencies, stage_metrics)
 from diag.scaletest.stage import (StageRun, StepOutcome, ddiag_cmd, launch_args, run_tool,
                                   run_trainer)
@@ -195,11 +195,7 @@ def locate_cliff(result: ScaleTestResult) -> int | None:
 
 
 def _falls(result: ScaleTestResult) -> list[tuple[int, int]]:
-    """(previous measured stage, stage) index pairs where efficiency fell past the
-    threshold."""
-    effs, drop = result.efficiency, result.config.cliff_drop
-    measured = [i for i, e in enumerate(effs) if e is not None]
-    return [(j, i) for j, i in zip(measured, measured[1:]) if effs[j] - effs[i] > drop]
+    return falls(result.efficiency, result.config.cliff_drop)
 
 
 def _host_predicts(result: ScaleTestResult, j: int, i: int) -> bool:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from diag.scaletest.config import ScaleTestConfig, default_stages
-from diag.scaletest.measure import StageMetrics, efficiencies, find_cliff, stage_metrics
+from diag.scaletest.measure import StageMetrics, efficiencies, falls, stage_metrics
 from tests.analyze.factories import RankWriter
 from diag.events import read_run_events
 from tests.util import pids_alive, run
@@ -40,8 +40,9 @@ def metrics(world: int, samples: float) -> StageMetrics:
 def test_efficiency_and_cliff():
     effs = efficiencies([metrics(1, 100.0), metrics(2, 190.0), metrics(4, 180.0)])
     assert effs == [1.0, 0.95, 0.45]
-    assert find_cliff(effs, drop=0.2) == 2
-    assert find_cliff([1.0, 0.95, 0.9], drop=0.2) is None
+    assert falls(effs, drop=0.2) == [(1, 2)]
+    assert falls([1.0, 0.95, 0.9], drop=0.2) == []
+    assert falls([1.0, None, 0.7, 0.4], drop=0.2) == [(0, 2), (2, 3)]  # unmeasured skipped
 
 
 def test_stage_metrics_skip_warmup_and_split_time(tmp_path):
