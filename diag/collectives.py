@@ -146,15 +146,18 @@ class CollectiveRecorder:
             record, pg = self._begin(op, args, kwargs)
         except Exception:  # noqa: BLE001 - bad arguments: let torch raise its own error
             return fn(*args, **kwargs)
+        return self._timed(record, pg, fn, args, kwargs)
+
+    def _timed(self, record: dict, pg, fn: Callable, args: tuple, kwargs: dict):
+        """Run the collective, noting its duration, and any error, in its record."""
         start = time.monotonic()
         try:
-            result = fn(*args, **kwargs)
+            return fn(*args, **kwargs)
         except BaseException as exc:
             record["error"] = f"{type(exc).__name__}: {exc}"[:500]
             raise
         finally:
             self._finish(record, pg, start, kwargs)
-        return result
 
     def _begin(self, op: str, args: tuple, kwargs: dict) -> tuple[dict, Any]:
         if op == "batch_isend_irecv":
@@ -230,14 +233,8 @@ class CollectiveRecorder:
         if self.check_finite and floating:
             self.finite_checks.append(("all_reduce", seq, buffer.sum(dtype=torch.float32), True))
         self.pending = record
-        start = time.monotonic()
-        try:
-            return _original(dist.all_reduce)(buffer, group=group, async_op=True)
-        except BaseException as exc:
-            record["error"] = f"{type(exc).__name__}: {exc}"[:500]
-            raise
-        finally:
-            self._finish(record, group, start, _ASYNC)
+        return self._timed(record, group, _original(dist.all_reduce), (buffer,),
+                           {"group": group, "async_op": True})
 
     def first_nonfinite_sent(self, buckets_finite: bool = False) -> dict | None:
         """The first reduction this step that this rank fed a NaN/Inf into.
@@ -280,7 +277,6 @@ class CollectiveRecorder:
         self._emit(record)
 
 
-_ASYNC = {"async_op": True}
 _SIDE_FIELDS = ("numel", "bytes", "dtype", "shape", "count")
 _SIDE_KEYS = {side: tuple(f"{side}_{f}" for f in _SIDE_FIELDS) for side in ("in", "out")}
 _IN_TO_OUT = dict(zip(_SIDE_KEYS["in"], _SIDE_KEYS["out"]))

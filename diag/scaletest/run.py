@@ -92,9 +92,8 @@ def _stage_json(run: StageRun, m: StageMetrics | None, eff: float | None,
 
 def peak_busbw(run: StageRun) -> float | None:
     """Peak all_reduce busbw from the collectives probe, in the probe's unit (GB/s)."""
-    probes = next((s.doc for s in run.steps if s.name == "probes" and s.doc), None)
-    probe = (probes or {}).get("probes", {}).get("collectives") or {}
-    rows = [r for r in probe.get("rows", []) if r.get("op") == "all_reduce"]
+    rows = [r for r in (_probes(run).get("collectives") or {}).get("rows", [])
+            if r.get("op") == "all_reduce"]
     values = [r.get("busbw") for r in rows if isinstance(r.get("busbw"), (int, float))]
     return round(max(values), 4) if values else None
 
