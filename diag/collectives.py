@@ -105,11 +105,12 @@ class CollectiveRecorder:
         self.step_count = 0
         self.check_finite = False
         self.finite_checks: list[tuple[str, int, Any, bool]] = []  # ..., is a DDP bucket
-        # This step's DDP buckets, reduced in place. DDP reuses them and nothing writes
-        # them again before the next backward, so the step end can still read them.
-        self.reduced_buckets: list = []
-        # (group, numel, dtype) -> (a DDP bucket record's fixed fields, is floating point)
-        self._bucket_fields: dict[tuple, tuple[dict, bool]] = {}
+        # (numel, 2-norm tensor) of each DDP bucket reduced this step, on a step that
+        # checks gradients; appended by the all_reduce's completion callback.
+        self.reduced_norms: list = []
+        # (id(group), numel, dtype) -> a DDP bucket record's fixed fields, whether it is
+        # floating point, the group's name
+        self._bucket_fields: dict[tuple, tuple[dict, bool, str]] = {}
 
     def group_info(self, group) -> GroupInfo:
         pg = group if group is not None else dist.group.WORLD
@@ -192,14 +193,14 @@ class CollectiveRecorder:
     def in_flight(self) -> dict | None:
         """The collective this rank is inside now, for the heartbeat. Training keeps only
         a reference to the record; the heartbeat's thread picks the fields."""
-        record = self.pending
+        record = as_record(self.pending)
         if record is None:
             return None
         return {k: record[k] for k in PENDING_FIELDS if k in record}
 
     def last_done(self) -> dict | None:
         """The last collective that returned, and when."""
-        record = self.last
+        record = as_record(self.last)
         if record is None:
             return None
         return {"op": record["op"], "group": record["group"], "seq": record["seq"],
@@ -218,23 +219,29 @@ class CollectiveRecorder:
         """Issue and record one DDP bucket's async all_reduce. The same record as the
         namespace wrapper's, but a bucket's group, size and dtype repeat every step, so
         its fixed fields are built once: this runs for every bucket of every step."""
-        info = self.group_info(group)
-        key = (info.name, buffer.numel(), buffer.dtype)
+        key = (id(group), buffer.numel(), buffer.dtype)
         cached = self._bucket_fields.get(key)
         if cached is None:
-            side = describe([buffer], "in")
-            cached = self._bucket_fields[key] = ({
-                "kind": "collective", "op": "all_reduce", "group": info.name,
-                "group_desc": info.desc, "group_size": info.size, **side,
-                **{_IN_TO_OUT[k]: v for k, v in side.items()}}, buffer.is_floating_point())
-        fixed, floating = cached
-        seq = self.seq[info.name] = self.seq.get(info.name, 0) + 1
-        record = {**fixed, **self._context(), "seq": seq}
+            cached = self._bucket_fields[key] = self._bucket_fixed(buffer, group)
+        fixed, floating, name = cached
+        seq = self.seq[name] = self.seq.get(name, 0) + 1
+        call = _BucketCall(self._context(), fixed, seq)
         if self.check_finite and floating:
-            self.finite_checks.append(("all_reduce", seq, buffer.sum(dtype=torch.float32), True))
-        self.pending = record
-        return self._timed(record, group, _original(dist.all_reduce), (buffer,),
+            total = buffer.sum() if buffer.dtype is torch.float32 else buffer.sum(
+                dtype=torch.float32)  # half precision would overflow where fp32 does not
+            self.finite_checks.append(("all_reduce", seq, total, True))
+        self.pending = call
+        return self._timed(call, group, _original(dist.all_reduce), (buffer,),
                            {"group": group, "async_op": True})
+
+    def _bucket_fixed(self, buffer, group) -> tuple[dict, bool, str]:
+        """A bucket's fixed record fields, whether it is floating point, its group."""
+        info = self.group_info(group)
+        side = describe([buffer], "in")
+        return ({"kind": "collective", "op": "all_reduce", "group": info.name,
+                 "group_desc": info.desc, "group_size": info.size, **side,
+                 **{_IN_TO_OUT[k]: v for k, v in side.items()}},
+                buffer.is_floating_point(), info.name)
 
     def first_nonfinite_sent(self, buckets_finite: bool = False) -> dict | None:
         """The first reduction this step that this rank fed a NaN/Inf into.
@@ -264,7 +271,7 @@ class CollectiveRecorder:
 
     def _finish(self, record: dict, pg, start: float, kwargs: dict) -> None:
         dur = time.monotonic() - start
-        record["dur_s"] = round(dur, 7)
+        record["dur_s"] = dur
         record["async"] = bool(kwargs.get("async_op", False))
         try:
             record["torch_seq"] = pg._get_sequence_number_for_group()
@@ -275,6 +282,32 @@ class CollectiveRecorder:
         self.step_comm_s += dur
         self.step_count += 1
         self._emit(record)
+
+
+class _BucketCall(dict):
+    """One DDP bucket's all_reduce record, kept in two parts until the writer thread
+    serialises it: this call's own fields (the dict itself) and the bucket's fixed
+    fields, the same dict every step.
+
+    This runs for every bucket of every step, on the training thread, where merging
+    the fixed fields into each record cost more than all the rest of recording a bucket.
+    The writer thread merges them (``record()``), a batch at a time.
+    """
+
+    __slots__ = ("fixed",)
+
+    def __init__(self, context: dict, fixed: dict, seq: int) -> None:
+        super().__init__(context)
+        self["seq"] = seq
+        self.fixed = fixed
+
+    def record(self) -> dict:
+        return {**self.fixed, **self}
+
+
+def as_record(entry) -> dict | None:
+    """A record as the event log holds it, from a dict or a call kept in parts."""
+    return entry.record() if isinstance(entry, _BucketCall) else entry
 
 
 _SIDE_FIELDS = ("numel", "bytes", "dtype", "shape", "count")
@@ -374,9 +407,11 @@ def ddp_recording_hook(process_group, bucket):
     """DDP's default averaging all_reduce, with every gradient bucket recorded. Same
     arithmetic as torch's allreduce_hook.
 
-    On a step that checks gradients, the bucket is kept for the step end: reduced, it
-    holds exactly the gradients the optimizer sees, so one norm per bucket replaces a
-    walk over every parameter (see ``instrument.grad_check``).
+    On a step that checks gradients, the reduced bucket's norm is taken as the
+    all_reduce completes: the bucket then holds exactly the gradients the optimizer
+    sees, so one norm per bucket replaces a walk over every parameter at the step end
+    (see ``instrument.grad_check``). The bucket is still in cache there, and on gloo the
+    callback runs on the communication thread, off the training thread.
     """
     group = process_group if process_group is not None else dist.group.WORLD
     buffer = bucket.buffer()
@@ -387,9 +422,21 @@ def ddp_recording_hook(process_group, bucket):
             _first_value)
     work = recorder.bucket_all_reduce(buffer, group)
     if recorder.check_finite:
-        recorder.reduced_buckets.append(buffer)
+        return work.get_future().then(functools.partial(_norm_of_reduced,
+                                                        recorder.reduced_norms))
     return work.get_future().then(_first_value)
 
 
 def _first_value(fut):
     return fut.value()[0]
+
+
+def _norm_of_reduced(norms: list, fut):
+    """Completion callback: the reduced bucket, after noting its (numel, norm). DDP
+    waits for it before backward returns, so the step end sees every bucket's."""
+    bucket = fut.value()[0]
+    try:
+        norms.append((bucket.numel(), torch.linalg.vector_norm(bucket)))
+    except Exception:  # noqa: BLE001 - the step end then walks the parameters instead
+        pass
+    return bucket

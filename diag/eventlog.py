@@ -119,7 +119,9 @@ class EventWriter:
             log.warning("ddiag: %s; records are dropped and counted, training goes on", message)
 
     def emit(self, record: dict) -> None:
-        """Queue one record. Called from training code: O(1), never raises, never blocks."""
+        """Queue one record: a dict, or its parts with a ``record()`` method that builds
+        it (on the writer thread). Called from training code: O(1), never raises, never
+        blocks."""
         if self._closed or len(self._queue) >= MAX_QUEUE:
             self.dropped += 1
             return
@@ -139,6 +141,10 @@ class EventWriter:
         with self._lock:
             while self._queue:
                 record = self._queue.popleft()
+                if type(record) is not dict:  # kept in parts by its producer: build it here
+                    record = self._assemble(record)
+                    if record is None:
+                        continue
                 self._write(record)
                 for observe in list(self._observers):
                     self._notify(observe, record, self._observers)
@@ -149,6 +155,16 @@ class EventWriter:
         except Exception as exc:  # noqa: BLE001 - a broken exporter must not stop the log
             owners.remove(observe)
             log.warning("ddiag: observer %r failed (%s); dropped", observe, exc)
+
+    def _assemble(self, parts) -> dict | None:
+        """A record its producer queued in parts (anything with a ``record()`` method,
+        e.g. a dict subclass), so that the training thread did not have to merge them."""
+        try:
+            return parts.record()
+        except Exception as exc:  # noqa: BLE001 - one bad record must not stop the log
+            self.dropped += 1
+            self._warn(f"cannot build a record for {self.path}: {exc}")
+            return None
 
     def _write(self, record: dict) -> None:
         if self._fd is None:

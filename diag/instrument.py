@@ -31,6 +31,7 @@ from diag.rundir import RunDir, ensure_run_json, launcher_run_id, resolve_run_di
 log = logging.getLogger("ddiag")
 
 MAX_ARG_TENSORS = 16
+_ARG_NAMES = tuple(f"arg{i}" for i in range(MAX_ARG_TENSORS))
 _HOLDS_TENSORS = (torch.Tensor, list, tuple, dict)
 
 
@@ -258,7 +259,7 @@ class span:
                 state.pending_phases[self.name] = state.pending_phases.get(self.name, 0.0) + dur
             else:
                 state.emit({"kind": "span", **state.context(), "name": self.name,
-                            "start": self._wall, "dur_s": round(dur, 7)})
+                            "start": self._wall, "dur_s": dur})
         except Exception as e:  # noqa: BLE001
             state.internal_error("span", e)
 
@@ -311,19 +312,19 @@ def _begin_step(state: _State, model, args: tuple, kwargs: dict, grad_every: int
     state.recorder.step_comm_s = 0.0
     state.recorder.step_count = 0
     state.recorder.check_finite = model is not None and state.step % grad_every == 0
-    state.recorder.reduced_buckets = []
+    state.recorder.reduced_norms = []
     state._args = arg_shapes(args, kwargs)
 
 
 def _end_step(state: _State, model, grad_every: int, result) -> None:
     now = time.monotonic()
-    rec = {"kind": "step", **state.context(), "dur_s": round(now - state._t0, 7),
-           "iter_s": round(now - state.last_step_end, 7) if state.last_step_end else None,
-           "phases": {k: round(v, 7) for k, v in state.phases.items()},
-           "args": state._args, "loss": loss_of(result),
-           "comm_s": round(state.recorder.step_comm_s, 7), "ncoll": state.recorder.step_count}
+    # Durations go out unrounded: round() costs more than the rest of a field here.
+    rec = {"kind": "step", **state.context(), "dur_s": now - state._t0,
+           "iter_s": now - state.last_step_end if state.last_step_end else None,
+           "phases": state.phases, "args": state._args, "loss": loss_of(result),
+           "comm_s": state.recorder.step_comm_s, "ncoll": state.recorder.step_count}
     if model is not None and state.step % grad_every == 0:
-        buckets = bucket_total(state.recorder.reduced_buckets)
+        buckets = bucket_total(state.recorder.reduced_norms)
         rec["grad_norm"], rec["nonfinite"] = grad_check(model, buckets)
         rec["sent_nonfinite"] = state.recorder.first_nonfinite_sent(
             buckets_finite=buckets is not None and math.isfinite(buckets[1]))
@@ -361,21 +362,33 @@ def _hook_ddp(state: _State, model) -> None:
 def arg_shapes(args: tuple, kwargs: dict) -> list[dict]:
     """Shapes and dtypes of tensor arguments, one container level deep."""
     out: list[dict] = []
-    positional = [(f"arg{i}", a) for i, a in enumerate(args) if isinstance(a, _HOLDS_TENSORS)]
-    for name, value in (*positional, *kwargs.items()):
+    # Most steps take a few bare tensors: that case stays in this loop, with no calls.
+    for i, value in enumerate(args):
         if isinstance(value, torch.Tensor):
-            out.append(_shape_of(name, value))
-        elif isinstance(value, (list, tuple)):
-            out += [_shape_of(f"{name}[{i}]", item)
-                    for i, item in enumerate(value[:MAX_ARG_TENSORS])
-                    if isinstance(item, torch.Tensor)]
-        elif isinstance(value, dict):
-            out += [_shape_of(f"{name}.{key}", item)
-                    for key, item in list(value.items())[:MAX_ARG_TENSORS]
-                    if isinstance(item, torch.Tensor)]
+            out.append({"name": _ARG_NAMES[i] if i < MAX_ARG_TENSORS else f"arg{i}",
+                        "shape": list(value.shape), "dtype": dtype_name(value.dtype)})
+        elif isinstance(value, _HOLDS_TENSORS):
+            _container_shapes(out, f"arg{i}", value)
+        if len(out) >= MAX_ARG_TENSORS:
+            return out[:MAX_ARG_TENSORS]
+    for name, value in kwargs.items():
+        if isinstance(value, _HOLDS_TENSORS):
+            _container_shapes(out, name, value)
         if len(out) >= MAX_ARG_TENSORS:
             break
     return out[:MAX_ARG_TENSORS]
+
+
+def _container_shapes(out: list, name: str, value) -> None:
+    if isinstance(value, torch.Tensor):
+        out.append(_shape_of(name, value))
+    elif isinstance(value, (list, tuple)):
+        out += [_shape_of(f"{name}[{i}]", item) for i, item in enumerate(value[:MAX_ARG_TENSORS])
+                if isinstance(item, torch.Tensor)]
+    elif isinstance(value, dict):
+        out += [_shape_of(f"{name}.{key}", item)
+                for key, item in list(value.items())[:MAX_ARG_TENSORS]
+                if isinstance(item, torch.Tensor)]
 
 
 def _shape_of(name: str, tensor: torch.Tensor) -> dict:
@@ -413,11 +426,12 @@ def _named_parameters(model) -> tuple[list, int]:
     return cached[1], cached[2]
 
 
-def bucket_total(buckets: list) -> tuple[int, float] | None:
-    """(numel, norm) over the DDP buckets reduced this step, or None if none was."""
-    if not buckets:
+def bucket_total(norms: list) -> tuple[int, float] | None:
+    """(numel, norm) over the DDP buckets reduced this step, from each bucket's
+    (numel, norm), or None if none was."""
+    if not norms:
         return None
-    return sum(b.numel() for b in buckets), total_norm(torch._foreach_norm(buckets))
+    return sum(n for n, _ in norms), total_norm([norm for _, norm in norms])
 
 
 def grad_check(model, buckets: tuple[int, float] | None = None

@@ -34,6 +34,27 @@ def test_records_round_trip_with_header_and_nonfinite_values(tmp_path):
     assert segments[0].lines == [2, 3]
 
 
+def test_a_record_kept_in_parts_is_built_by_the_writer_and_a_broken_one_is_counted(tmp_path):
+    class Parts(dict):
+        def record(self):
+            return {"kind": "x", **self, "joined": True}
+
+    class Broken(dict):
+        def record(self):
+            raise KeyError("fixed")
+
+    w = EventWriter(tmp_path / "r.jsonl", HEADER)
+    w.emit(Parts(n=1))
+    w.emit(Broken(n=2))
+    w.emit({"kind": "y"})
+    w.close()
+    segments, problems = read_events(tmp_path / "r.jsonl")
+    assert problems == []
+    assert [(r["kind"], r.get("n"), r.get("joined")) for r in segments[0].records] == [
+        ("x", 1, True), ("y", None, None)]
+    assert w.written == 3 and w.dropped == 1
+
+
 def test_concurrent_writers_never_interleave_half_lines(tmp_path):
     path = tmp_path / "shared.jsonl"
     writers = [EventWriter(path, {**HEADER, "rank": r}) for r in range(4)]

@@ -54,6 +54,19 @@ def test_step_records_shapes_loss_phases_and_grad_norm(run_dir):
     assert rec["loss"] == pytest.approx(float(model(x).pow(2).mean().detach()), rel=1e-5)
 
 
+def test_arg_shapes_reads_one_container_level_and_stops_at_the_cap():
+    t = torch.zeros(2, 3)
+    got = instrument.arg_shapes((t, [t, "x", torch.ones(1, dtype=torch.int8)], 7, {"a": t}),
+                                {"y": (t,), "z": t, "w": "no"})
+    assert [(r["name"], r["shape"], r["dtype"]) for r in got] == [
+        ("arg0", [2, 3], "float32"), ("arg1[0]", [2, 3], "float32"),
+        ("arg1[2]", [1], "int8"), ("arg3.a", [2, 3], "float32"),
+        ("y[0]", [2, 3], "float32"), ("z", [2, 3], "float32")]
+    many = instrument.arg_shapes(tuple([t] * 40), {"k": t})
+    assert len(many) == instrument.MAX_ARG_TENSORS
+    assert many[-1]["name"] == f"arg{instrument.MAX_ARG_TENSORS - 1}"
+
+
 def test_first_nonfinite_parameter_is_named(run_dir):
     model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
 
@@ -244,7 +257,7 @@ def test_ddp_grad_norm_comes_from_the_reduced_buckets(run_dir, tmp_path):
         def step(x):
             model.zero_grad(set_to_none=True)
             model(x).pow(2).mean().backward()
-            seen.append(list(instrument._state.recorder.reduced_buckets))
+            seen.append(list(instrument._state.recorder.reduced_norms))
             grads = [p.grad.flatten() for p in model.parameters() if p.grad is not None]
             return float(torch.linalg.vector_norm(torch.cat(grads)))
 
@@ -252,7 +265,7 @@ def test_ddp_grad_norm_comes_from_the_reduced_buckets(run_dir, tmp_path):
         recs = records(run_dir, "step")
     finally:
         dist.destroy_process_group()
-    assert all(seen) and sum(b.numel() for b in seen[0]) == 8 * 8 + 8 * 1 + 1
+    assert all(seen) and sum(numel for numel, _ in seen[0]) == 8 * 8 + 8 * 1 + 1
     assert [r["grad_norm"] for r in recs] == pytest.approx(expected, rel=1e-5)
     assert all(r["nonfinite"] is None for r in recs)
 
@@ -261,7 +274,7 @@ def test_grad_check_trusts_buckets_only_when_they_cover_every_trainable_paramete
     model = torch.nn.Linear(3, 1)  # 4 trainable elements
     model(torch.ones(1, 3)).sum().backward()
     walked = float(torch.linalg.vector_norm(torch.cat([model.weight.grad[0], model.bias.grad])))
-    buckets = instrument.bucket_total([torch.tensor([3.0, 0.0, 0.0]), torch.tensor([4.0])])
+    buckets = instrument.bucket_total([(3, torch.tensor(3.0)), (1, torch.tensor(4.0))])
     assert buckets == (4, pytest.approx(5.0))
     assert instrument.grad_check(model, buckets) == (5.0, None)
     assert instrument.grad_check(model, (3, 5.0))[0] == pytest.approx(walked)
@@ -270,3 +283,18 @@ def test_grad_check_trusts_buckets_only_when_they_cover_every_trainable_paramete
     model.bias.grad[0] = float("nan")
     total, bad = instrument.grad_check(model, (4, float("nan")))
     assert bad == {"param": "bias", "kind": "nan"}
+
+
+def test_a_bucket_call_reads_as_the_full_record_in_the_heartbeat():
+    from diag.collectives import CollectiveRecorder, _BucketCall
+
+    rec = CollectiveRecorder(lambda r: None, lambda: {"rank": 0, "step": 3, "t": 10.0})
+    fixed = {"kind": "collective", "op": "all_reduce", "group": "0", "in_numel": 5,
+             "in_dtype": "float32", "in_shape": [5]}
+    rec.pending = _BucketCall({"rank": 0, "step": 3, "t": 10.0}, fixed, 7)
+    assert rec.in_flight() == {"op": "all_reduce", "group": "0", "seq": 7, "t": 10.0,
+                               "in_numel": 5, "in_dtype": "float32", "in_shape": [5]}
+    rec.pending.update(dur_s=0.5)
+    rec.last, rec.pending = rec.pending, None
+    assert rec.in_flight() is None
+    assert rec.last_done() == {"op": "all_reduce", "group": "0", "seq": 7, "t": 10.5}
