@@ -105,9 +105,7 @@ class CollectiveRecorder:
         self.step_count = 0
         self.check_finite = False
         self.finite_checks: list[tuple[str, int, Any, bool]] = []  # ..., is a DDP bucket
-        # (numel, 2-norm tensor) of each DDP bucket reduced this step, on a step that
-        # checks gradients; appended by the all_reduce's completion callback.
-        self.reduced_norms: list = []
+        self.buckets = StepBuckets(False)  # this step's DDP buckets
         # (id(group), numel, dtype) -> a DDP bucket record's fixed fields, whether it is
         # floating point, the group's name
         self._bucket_fields: dict[tuple, tuple[dict, bool, str]] = {}
@@ -407,11 +405,12 @@ def ddp_recording_hook(process_group, bucket):
     """DDP's default averaging all_reduce, with every gradient bucket recorded. Same
     arithmetic as torch's allreduce_hook.
 
-    On a step that checks gradients, the reduced bucket's norm is taken as the
-    all_reduce completes: the bucket then holds exactly the gradients the optimizer
-    sees, so one norm per bucket replaces a walk over every parameter at the step end
-    (see ``instrument.grad_check``). The bucket is still in cache there, and on gloo the
-    callback runs on the communication thread, off the training thread.
+    As each all_reduce completes, its callback notes the time (for the step's exposed
+    communication wait, ``StepBuckets.exposed_wait``) and, on a step that checks
+    gradients, the reduced bucket's norm: the bucket then holds exactly the gradients
+    the optimizer sees, so one norm per bucket replaces a walk over every parameter at
+    the step end (see ``instrument.grad_check``). The bucket is still in cache there, and
+    on gloo the callback runs on the communication thread, off the training thread.
     """
     group = process_group if process_group is not None else dist.group.WORLD
     buffer = bucket.buffer()
@@ -420,23 +419,50 @@ def ddp_recording_hook(process_group, bucket):
     if recorder is None:  # uninstalled: torch's hook, unrecorded
         return dist.all_reduce(buffer, group=group, async_op=True).get_future().then(
             _first_value)
+    step = recorder.buckets
     work = recorder.bucket_all_reduce(buffer, group)
-    if recorder.check_finite:
-        return work.get_future().then(functools.partial(_norm_of_reduced,
-                                                        recorder.reduced_norms))
-    return work.get_future().then(_first_value)
+    if not buffer.is_cuda:  # a CUDA future completes at launch: nothing to time
+        step.launched = time.monotonic()
+    return work.get_future().then(functools.partial(_on_reduced, step, buffer.is_cuda))
 
 
 def _first_value(fut):
     return fut.value()[0]
 
 
-def _norm_of_reduced(norms: list, fut):
-    """Completion callback: the reduced bucket, after noting its (numel, norm). DDP
-    waits for it before backward returns, so the step end sees every bucket's."""
+class StepBuckets:
+    """What one step's DDP buckets left for its record, filled in by the completion
+    callbacks (``_on_reduced``); DDP waits for them all before backward returns."""
+
+    __slots__ = ("check", "norms", "launched", "done")
+
+    def __init__(self, check: bool) -> None:
+        self.check = check  # take each reduced bucket's norm
+        self.norms: list = []  # (numel, 2-norm tensor) per reduced bucket
+        self.launched: float | None = None  # monotonic, after the last bucket's launch
+        self.done: list[float] = []  # monotonic, as each bucket's all_reduce completed
+
+    def exposed_wait(self) -> float | None:
+        """How long backward waited for the reductions after launching its last bucket.
+        DDP overlaps bucket all_reduces with the rest of backward, so their record's
+        ``dur_s`` is only the launch; this is the part the overlap did not hide, which
+        would otherwise count as compute. None on CUDA (the wait is on the device), or
+        when no bucket was reduced."""
+        if self.launched is None or not self.done:
+            return None
+        return max(0.0, max(self.done) - self.launched)
+
+
+def _on_reduced(step: StepBuckets, on_device: bool, fut):
+    """Completion callback: the reduced bucket, after noting when and, on a step that
+    checks gradients, its (numel, norm): the bucket then holds exactly the gradients the
+    optimizer sees. On gloo it runs on the communication thread as the reduction ends."""
+    if not on_device:
+        step.done.append(time.monotonic())
     bucket = fut.value()[0]
-    try:
-        norms.append((bucket.numel(), torch.linalg.vector_norm(bucket)))
-    except Exception:  # noqa: BLE001 - the step end then walks the parameters instead
-        pass
+    if step.check:
+        try:
+            step.norms.append((bucket.numel(), torch.linalg.vector_norm(bucket)))
+        except Exception:  # noqa: BLE001 - the step end then walks the parameters instead
+            pass
     return bucket

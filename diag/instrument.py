@@ -23,7 +23,8 @@ import torch
 import torch.distributed as dist
 
 from diag import schema
-from diag.collectives import CollectiveRecorder, ddp_recording_hook, dtype_name, install
+from diag.collectives import (CollectiveRecorder, StepBuckets, ddp_recording_hook, dtype_name,
+                              install)
 from diag.eventlog import FLUSH_INTERVAL_S, EventWriter, install_signal_flush
 from diag.instrument_names import STEP_PHASES
 from diag.rundir import RunDir, ensure_run_json, launcher_run_id, resolve_run_dir
@@ -311,8 +312,9 @@ def _begin_step(state: _State, model, args: tuple, kwargs: dict, grad_every: int
     state.pending_phases = {}
     state.recorder.step_comm_s = 0.0
     state.recorder.step_count = 0
-    state.recorder.check_finite = model is not None and state.step % grad_every == 0
-    state.recorder.reduced_norms = []
+    check = model is not None and state.step % grad_every == 0
+    state.recorder.check_finite = check
+    state.recorder.buckets = StepBuckets(check)
     state._args = arg_shapes(args, kwargs)
 
 
@@ -323,8 +325,11 @@ def _end_step(state: _State, model, grad_every: int, result) -> None:
            "iter_s": now - state.last_step_end if state.last_step_end else None,
            "phases": state.phases, "args": state._args, "loss": loss_of(result),
            "comm_s": state.recorder.step_comm_s, "ncoll": state.recorder.step_count}
+    wait = state.recorder.buckets.exposed_wait()
+    if wait is not None:
+        rec["comm_wait_s"] = wait
     if model is not None and state.step % grad_every == 0:
-        buckets = bucket_total(state.recorder.reduced_norms)
+        buckets = bucket_total(state.recorder.buckets.norms)
         rec["grad_norm"], rec["nonfinite"] = grad_check(model, buckets)
         rec["sent_nonfinite"] = state.recorder.first_nonfinite_sent(
             buckets_finite=buckets is not None and math.isfinite(buckets[1]))

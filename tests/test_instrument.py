@@ -257,7 +257,7 @@ def test_ddp_grad_norm_comes_from_the_reduced_buckets(run_dir, tmp_path):
         def step(x):
             model.zero_grad(set_to_none=True)
             model(x).pow(2).mean().backward()
-            seen.append(list(instrument._state.recorder.reduced_norms))
+            seen.append(list(instrument._state.recorder.buckets.norms))
             grads = [p.grad.flatten() for p in model.parameters() if p.grad is not None]
             return float(torch.linalg.vector_norm(torch.cat(grads)))
 

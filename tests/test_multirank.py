@@ -8,6 +8,7 @@ import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 from diag.events import read_events, read_run_events
 from tests.util import EXAMPLE, pids_alive, quiet_env, run, torchrun_cmd
@@ -82,3 +83,17 @@ def _wait_for_steps(out, announced, rank: int, steps: int) -> int:
             return json.loads((out / "heartbeat" / f"rank{rank:05d}.json").read_text())["pid"]
         time.sleep(0.1)
     raise AssertionError(f"rank {rank} did not reach {steps} steps: {len(announced)} seen")
+
+
+def test_the_wait_for_a_slow_ranks_buckets_is_communication_not_compute(tmp_path):
+    out = tmp_path / "run"
+    program = Path(__file__).parent / "programs" / "slow_rank_ddp.py"
+    res = run(torchrun_cmd(2, program, "--out", str(out), "--slow-s", "0.2"), timeout=180)
+    assert res.returncode == 0, res.stderr[-3000:]
+    logs, _ = read_run_events(out)
+    # step 0 also waits for the first all_reduce's connection set-up; skip it
+    waits = {r: [s["comm_wait_s"] for s in logs[r].of_kind("step")[1:]] for r in (0, 1)}
+    assert all(0.12 < w < 1.0 for w in waits[0]), waits  # rank 0 waits for rank 1's grads
+    assert all(w < 0.05 for w in waits[1]), waits  # rank 1's peers were ready before it
+    for s in logs[0].of_kind("step")[1:]:
+        assert s["comm_wait_s"] > 5 * s["comm_s"]  # the launch alone is short

@@ -47,7 +47,7 @@ def stage_metrics(logs: dict[int, RankLog], world_size: int, global_batch: int) 
     per_rank = {r: statistics.median(ds) for r, ds in durs.items()}
     p50 = _pct(iters, 0.5)
     data = [s.get("phases", {}).get("data", 0.0) for ss in steps.values() for s in ss]
-    comm = [s.get("comm_s", 0.0) for ss in steps.values() for s in ss]
+    comm = [_comm_s(s) for ss in steps.values() for s in ss]
     share = lambda xs: round(statistics.median(xs) / p50, 4) if xs and p50 else None  # noqa: E731
     data_share, comm_share = share(data), share(comm)
     return StageMetrics(
@@ -61,6 +61,14 @@ def stage_metrics(logs: dict[int, RankLog], world_size: int, global_batch: int) 
         per_rank_p50_s={str(r): round(v, 6) for r, v in sorted(per_rank.items())},
         per_rank_p95_s={str(r): round(_pct(ds, 0.95), 6) for r, ds in sorted(durs.items())},
     )
+
+
+def _comm_s(step: dict) -> float:
+    """A step's communication time: inside collective calls, plus what backward waited
+    for DDP's bucket all_reduces after its last gradient (their calls only launch them;
+    the wait would otherwise pass for compute)."""
+    return sum(v for v in (step.get("comm_s"), step.get("comm_wait_s"))
+               if isinstance(v, (int, float)))
 
 
 def efficiencies(metrics: list[StageMetrics | None]) -> list[float | None]:

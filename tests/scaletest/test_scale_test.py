@@ -94,3 +94,14 @@ def test_a_fault_applies_from_the_stage_where_its_rank_exists():
     specs = ("slow_compute:rank=3:arg=0.2", "hang:rank=1:step=4")
     assert injections_for(specs, 2) == ["hang:rank=1:step=4"]
     assert injections_for(specs, 4) == list(specs)
+
+
+def test_the_wait_for_ddp_buckets_counts_as_communication(tmp_path):
+    for rank in range(2):
+        w = RankWriter(tmp_path, rank, 2)
+        for _ in range(15):  # launches take 0.01 s, the wait after backward 0.04 s
+            w.step_rec(dur=0.2, phases={"data": 0.02}, comm_s=0.01, comm_wait_s=0.04)
+        w.write()
+    logs, _ = read_run_events(tmp_path)
+    m = stage_metrics(logs, world_size=2, global_batch=16)
+    assert (m.data_share, m.comm_share, m.compute_share) == (0.1, 0.25, 0.65)
