@@ -45,7 +45,8 @@ class ScaleTestConfig:
     stall_s: float = 30.0
     """Seconds without progress before the watcher calls a hang."""
     cliff_drop: float = 0.2
-    """A stage whose efficiency is this much (absolute) below the previous one is a cliff."""
+    """A stage whose efficiency is more than this fraction below the previous measured
+    stage's is a candidate for the cliff (see ``run.locate_cliff``)."""
     keep_going: bool = False
     """Run the later stages after a stage fails."""
     inject: tuple[str, ...] = ()

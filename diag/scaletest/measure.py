@@ -145,9 +145,11 @@ def efficiency_basis(raw: list[float | None], normalised: list[float | None]) ->
 
 def falls(effs: list[float | None], drop: float) -> list[tuple[int, int]]:
     """(previous measured stage, stage) index pairs where efficiency fell by more than
-    ``drop``: the candidates for the cliff."""
+    the fraction ``drop`` of the previous stage's: the candidates for the cliff. Relative,
+    because a job already at 0.3 that falls to 0.13 has lost more than half of what was
+    left, though only 0.17 in absolute terms."""
     measured = [i for i, e in enumerate(effs) if e is not None]
-    return [(j, i) for j, i in zip(measured, measured[1:]) if effs[j] - effs[i] > drop]
+    return [(j, i) for j, i in zip(measured, measured[1:]) if effs[i] < effs[j] * (1 - drop)]
 
 
 def as_json(m: StageMetrics | None) -> dict | None:

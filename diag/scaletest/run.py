@@ -182,6 +182,14 @@ def conclude(result: ScaleTestResult, status: Callable[[str], None]) -> None:
     (cfg.out / "scale-test.json").write_text(json.dumps(result.to_json(), indent=2, default=str))
 
 
+SHARED_KEEP = 0.5
+"""On ranks that share processors, a stage whose efficiency against the host keeps at
+least this fraction of the previous stage's fell as the host did. The OS scheduler's
+interleaving of the ranks sets their step time there, and no probe predicts it closely:
+on the 4-node lab (8 ranks on 2 cores), healthy runs measured 0.59-1.08 against the host
+at the same stage, where a host whose ranks each keep a processor stays within 0.2."""
+
+
 def locate_cliff(result: ScaleTestResult) -> int | None:
     """The first stage whose efficiency fell by more than the threshold from the previous
     measured stage, unless the host's probes predict the fall and no finding points at a
@@ -198,10 +206,15 @@ def _falls(result: ScaleTestResult) -> list[tuple[int, int]]:
 
 
 def _host_predicts(result: ScaleTestResult, j: int, i: int) -> bool:
+    """The fall from stage j to stage i is within what the host's probes predict: by at
+    most the threshold against the host, or, where the ranks share processors, to no
+    less than ``SHARED_KEEP`` of the previous stage's efficiency against the host."""
     norm = result.efficiency_normalised
     if result.efficiency_basis != PROBE_NORMALISED:
         return False
-    return norm[j] - norm[i] <= result.config.cliff_drop
+    if _compute_fell(result.stages[j], result.stages[i]):
+        return norm[i] >= SHARED_KEEP * norm[j]
+    return not falls([norm[j], norm[i]], result.config.cliff_drop)
 
 
 def verdict(result: ScaleTestResult) -> str:
@@ -236,10 +249,19 @@ def _host_fall(result: ScaleTestResult) -> str:
     norm = [n for n in result.efficiency_normalised if n is not None]
     meet = (f", a small all_reduce {a.latency_us:.0f} -> {b.latency_us:.0f} us"
             if a.latency_us and b.latency_us else "")
+    upto = f"{min(norm):.2f} up to {result.stages[last].world_size} ranks"
+    norms = result.efficiency_normalised
+    if any(falls([norms[j], norms[i]], result.config.cliff_drop) for j, i in _falls(result)):
+        return (f"efficiency fell {effs[first]:.2f} -> {effs[last]:.2f} as the ranks came to "
+                f"share processors (per-rank compute {a.tflops:.3f} -> {b.tflops:.3f} "
+                f"TFLOP/s{meet}); against what the host allows, efficiency stays at or above "
+                f"{upto}: at least {SHARED_KEEP:.0%} of each previous stage's, within what "
+                "the OS scheduler makes of step time on shared processors, and no finding "
+                "above info")
     return (f"efficiency fell {effs[first]:.2f} -> {effs[last]:.2f} as the host's probes "
             f"predict (per-rank compute {a.tflops:.3f} -> {b.tflops:.3f} TFLOP/s{meet}): the "
-            "ranks share processors; against what the host allows, efficiency stays at or "
-            f"above {min(norm):.2f} up to {result.stages[last].world_size} ranks")
+            f"ranks share processors; against what the host allows, efficiency stays at or "
+            f"above {upto}")
 
 
 def _at_cliff(result: ScaleTestResult) -> str:

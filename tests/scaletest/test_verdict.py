@@ -28,6 +28,23 @@ def test_ranks_sharing_processors_are_no_cliff_and_the_verdict_says_why():
         (0.052, 1000.0), (0.035, 3000.0), (0.022, 6000.0)]
 
 
+def test_on_shared_processors_a_stage_keeping_half_of_its_host_efficiency_is_no_cliff():
+    # stage 2: 0.36 x (0.05 + 0.8 x 0.052/0.035 + 0.15 x 3) = 0.61 against the host, a fall
+    # of 0.39: beyond the 0.2 threshold, but the ranks came to share processors
+    r = result([1.0, 0.36, 0.2], SHARED[0], small_us=SHARED[1])
+    assert r.efficiency_normalised == pytest.approx([1.0, 0.6079, 0.5682], abs=1e-4)
+    assert r.cliff_stage is None and r.healthy
+    assert verdict(r) == (
+        "no cliff: efficiency fell 1.00 -> 0.20 as the ranks came to share processors "
+        "(per-rank compute 0.052 -> 0.022 TFLOP/s, a small all_reduce 1000 -> 6000 us); "
+        "against what the host allows, efficiency stays at or above 0.57 up to 8 ranks: at "
+        "least 50% of each previous stage's, within what the OS scheduler makes of step "
+        "time on shared processors, and no finding above info")
+    # the same fall where each rank keeps its processor is a cliff
+    steady = result([1.0, 0.36, 0.2], [0.05] * 3, small_us=[1000.0, 3000.0, 6000.0])
+    assert steady.cliff_stage == 2
+
+
 def test_a_fall_beyond_what_the_host_predicts_is_a_cliff_and_its_finding_the_reason():
     r = result([1.0, 0.59, 0.12], SHARED[0], findings=SLOW_LINK, small_us=SHARED[1])
     assert r.cliff_stage == 4 and not r.healthy
