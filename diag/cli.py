@@ -129,7 +129,7 @@ def _model_args(**sizes: int | None) -> tuple[str, ...]:
               type=click.Choice(["local", "slurm"]))
 @click.option("--nproc-per-node", default=1, show_default=True, type=int,
               help="Ranks per node (slurm).")
-@click.option("--steps", default=30, show_default=True, type=int)
+@click.option("--steps", default=100, show_default=True, type=int)
 @click.option("--batch", default=8, show_default=True, type=int, help="Per-rank micro-batch.")
 @click.option("--strong", is_flag=True, help="Strong scaling: keep the first stage's global batch.")
 @click.option("--width", type=click.IntRange(min=8), default=None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -20,6 +21,16 @@ from diag.summary import RunSummary
 _SEVERITY_STYLE = {"critical": "bold red", "error": "red", "warn": "yellow", "info": "dim"}
 
 
+def stdout_console() -> Console:
+    """The terminal's width on a terminal. Elsewhere (a pipe, a CI log) rich assumes 80
+    columns, which folds the wider tables' headers into stubs ("sta…"); take 120 there
+    unless COLUMNS says otherwise."""
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=120)
+    return console
+
+
 def _fmt(value, spec: str = "") -> str:
     if value is None:
         return "-"
@@ -27,7 +38,7 @@ def _fmt(value, spec: str = "") -> str:
 
 
 def render_summary(summary: RunSummary, console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or stdout_console()
     table = Table(title=f"{summary.run_dir}  run_id={summary.run_id}  "
                         f"world_size={summary.world_size}")
     for col in ("rank", "host", "steps", "p50 ms", "colls", "last seq", "loss", "|grad|",
@@ -48,7 +59,7 @@ def render_summary(summary: RunSummary, console: Console | None = None) -> None:
 
 def render_analysis(analysis, console: Console | None = None) -> None:
     """Top finding first, each with its culprit, evidence and fix."""
-    console = console or Console()
+    console = console or stdout_console()
     roots = [f for f in analysis.findings if f.root_cause]
     console.print(f"[bold]ddiag analyze[/] {analysis.root}: {len(roots)} root cause(s), "
                   f"{len(analysis.findings) - len(roots)} symptom(s) "
@@ -86,7 +97,7 @@ def _culprit_text(c) -> str:
 
 
 def render_watch(result, console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or stdout_console()
     if result.alarm is None:
         console.print(f"ddiag watch: no hang ({result.ended})")
         return
@@ -102,7 +113,7 @@ def render_watch(result, console: Console | None = None) -> None:
 
 
 def render_scale_test(result, console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or stdout_console()
     table = Table(title=f"ddiag scale-test: {result.config.mode}, {result.config.launcher} "
                         f"launcher, {'strong' if result.config.strong else 'weak'} scaling",
                   caption="TFLOP/s: compute probe, median rank; host eff: eff against what "

@@ -49,3 +49,12 @@ def test_summary_of_a_non_run_dir_names_it_and_the_fix(tmp_path):
 def test_version():
     res = CliRunner().invoke(main, ["--version"])
     assert res.exit_code == 0 and "ddiag" in res.output
+
+
+def test_tables_off_a_terminal_are_not_folded_to_80_columns(monkeypatch):
+    from diag.render import stdout_console
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert stdout_console().width == 120  # pytest captures stdout: not a terminal
+    monkeypatch.setenv("COLUMNS", "90")
+    assert stdout_console().width == 90  # the user's say wins

@@ -8,6 +8,7 @@ from rich.table import Table
 from diag.checkenv.checks_cross import span
 from diag.checkenv.report import Report
 from diag.checkenv.types import CheckResult, Status
+from diag.render import stdout_console
 
 STYLE = {Status.FAIL: "bold red", Status.WARN: "yellow", Status.OK: "green", Status.SKIP: "dim"}
 
@@ -35,7 +36,7 @@ def table(report: Report, statuses: tuple[Status, ...]) -> Table:
 
 
 def render(report: Report, verbose: bool = False, console: Console | None = None) -> None:
-    console = console or Console(stderr=False)
+    console = console or stdout_console()
     shown = (Status.FAIL, Status.WARN, Status.OK) + ((Status.SKIP,) if verbose else ())
     console.print(table(report, shown))
     counts = ", ".join(f"{report.count(s)} {s.value}" for s in Status)

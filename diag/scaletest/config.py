@@ -35,7 +35,7 @@ class ScaleTestConfig:
     launcher: str = "local"
     nproc_per_node: int = 1
     """Ranks per node (slurm); local stages set the process count directly."""
-    steps: int = 30
+    steps: int = 100
     """Trainer steps per stage; the first 5 are warm-up and not measured."""
     batch: int = 8
     """Per-rank micro-batch (weak scaling keeps it fixed)."""

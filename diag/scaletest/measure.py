@@ -152,5 +152,14 @@ def falls(effs: list[float | None], drop: float) -> list[tuple[int, int]]:
     return [(j, i) for j, i in zip(measured, measured[1:]) if effs[i] < effs[j] * (1 - drop)]
 
 
+def work_efficiency(eff: float | None, m: StageMetrics | None) -> float | None:
+    """Efficiency with the stage's communication taken out of its step: what the ranks'
+    own work (compute, data) kept of the first stage's rate, up to the first stage's own
+    share of communication. None without a communication share."""
+    if eff is None or m is None or m.comm_share is None or m.comm_share >= 1:
+        return None
+    return eff / (1 - m.comm_share)
+
+
 def as_json(m: StageMetrics | None) -> dict | None:
     return asdict(m) if m else None

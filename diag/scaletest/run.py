@@ -13,7 +13,7 @@ from diag.events import read_run_events
 from diag.scaletest.config import ScaleTestConfig
 from diag.scaletest.measure import (PROBE_NORMALISED, RAW, HostReading, StageMetrics,
                                     as_json, efficiencies, efficiency_basis, falls,
-                                    normalised_efficiencies, stage_metrics)
+                                    normalised_efficiencies, stage_metrics, work_efficiency)
 from diag.scaletest.stage import (StageRun, StepOutcome, ddiag_cmd, launch_args, run_tool,
                                   run_trainer)
 
@@ -87,7 +87,9 @@ def _stage_json(run: StageRun, m: StageMetrics | None, eff: float | None,
             "metrics": as_json(m), "findings": findings or [],
             "steps": [{"name": s.name, "ok": s.ok, "seconds": round(s.seconds, 1),
                        "detail": s.detail} for s in run.steps],
-            "busbw_GBps": peak_busbw(run), "hang": run.hang}
+            "busbw_GBps": peak_busbw(run), "hang": run.hang,
+            "busiest_node": dict(zip(("node", "ranks", "cores"), run.busiest))
+            if run.busiest else None}
 
 
 def peak_busbw(run: StageRun) -> float | None:
@@ -128,6 +130,7 @@ def run_stage(cfg: ScaleTestConfig, stage: int, status: Callable[[str], None]) -
         if name == "check-env" and not step.ok:
             run.status, run.reason = "check-env failed", _failed_checks(step)
             return run
+    run.busiest = busiest_node(run.run_dir / "env")
     status(f"stage {stage}: training {cfg.mode} on {run.world_size} rank(s)")
     outcome, hang = run_trainer(cfg, stage, run.run_dir, status)
     run.steps.append(outcome)
@@ -148,6 +151,22 @@ def preflight(cfg: ScaleTestConfig, stage: int, run_dir: Path) -> list[tuple[str
         # one launch: links (multi-node stages), collectives and compute share a start-up
         steps.append(("probes", ddiag_cmd("probe", "all", *launch, *out)))
     return steps
+
+
+def busiest_node(env_dir: Path) -> tuple[str, int, int] | None:
+    """(node, ranks, cores) of the node whose ranks have the fewest cores each, from the
+    stage's check-env snapshots (cores: the ranks' CPU affinity)."""
+    from diag.checkenv.snapshot import read_snapshots
+
+    snaps, _ = read_snapshots(env_dir)
+    nodes: dict[str, tuple[int, int]] = {}
+    for snap in snaps:
+        ranks, cores = nodes.get(snap.node, (0, snap.facts.cpus))
+        nodes[snap.node] = (ranks + 1, max(cores, snap.facts.cpus))
+    if not nodes:
+        return None
+    node = max(nodes, key=lambda n: nodes[n][0] / max(1, nodes[n][1]))
+    return (node, *nodes[node])
 
 
 def _failed_checks(step: StepOutcome) -> str:
@@ -208,13 +227,54 @@ def _falls(result: ScaleTestResult) -> list[tuple[int, int]]:
 def _host_predicts(result: ScaleTestResult, j: int, i: int) -> bool:
     """The fall from stage j to stage i is within what the host's probes predict: by at
     most the threshold against the host, or, where the ranks share processors, to no
-    less than ``SHARED_KEEP`` of the previous stage's efficiency against the host."""
+    less than ``SHARED_KEEP`` of the previous stage's efficiency against the host. From
+    one rank to the first stage whose ranks communicate, the collectives' time is new:
+    the fall is that time alone when the rest of the step kept its rate."""
+    if _starts_communicating(result, j, i):
+        kept = _work_kept(result, j, i)
+        return kept is not None and kept >= _least_kept(result, j, i)
     norm = result.efficiency_normalised
     if result.efficiency_basis != PROBE_NORMALISED:
         return False
-    if _compute_fell(result.stages[j], result.stages[i]):
+    if _came_to_share(result, j, i):
         return norm[i] >= SHARED_KEEP * norm[j]
     return not falls([norm[j], norm[i]], result.config.cliff_drop)
+
+
+def _starts_communicating(result: ScaleTestResult, j: int, i: int) -> bool:
+    """Stage j ran a single rank, stage i several: the first stage with collectives. A
+    single rank has no one to meet, so weak scaling from it adds their whole time."""
+    return result.stages[j].world_size == 1 < result.stages[i].world_size
+
+
+def _came_to_share(result: ScaleTestResult, j: int, i: int) -> str | None:
+    """Why the ranks of stage i share processors where stage j's did not, or None."""
+    before, after = result.stages[j], result.stages[i]
+    filled = None if _fills_cores(before) else _fills_cores(after)
+    return _compute_fell(before, after) or filled
+
+
+def _fills_cores(run: StageRun) -> str | None:
+    """The ranks on a node take every core its ranks may run on: their own helper threads
+    (communication, logging, data loading) and the OS then take turns with them, which a
+    matmul probe on idle ranks does not show."""
+    if run.busiest is None or run.busiest[1] < run.busiest[2]:
+        return None
+    node, ranks, cores = run.busiest
+    return f"{ranks} ranks fill {node}'s {cores} cores"
+
+
+def _least_kept(result: ScaleTestResult, j: int, i: int) -> float:
+    """How much of its rate the ranks' own work must keep from stage j to stage i."""
+    shared = _came_to_share(result, j, i)
+    return SHARED_KEEP if shared else 1 - result.config.cliff_drop
+
+
+def _work_kept(result: ScaleTestResult, j: int, i: int) -> float | None:
+    """Stage i's efficiency without communication, against stage j's: the share of the
+    ranks' own work rate (compute, data) that stage i kept."""
+    before, after = (work_efficiency(result.efficiency[k], result.metrics[k]) for k in (j, i))
+    return round(after / before, 4) if before and after is not None else None
 
 
 def verdict(result: ScaleTestResult) -> str:
@@ -233,7 +293,9 @@ def _no_cliff(result: ScaleTestResult) -> str:
     if not effs:
         base = "no stage was measured"
     elif _falls(result):  # each one predicted by the host, or there would be a cliff
-        base = "no cliff: " + _host_fall(result)
+        j, i = _falls(result)[0]
+        base = "no cliff: " + (_communication_fall(result, j, i)
+                               if _starts_communicating(result, j, i) else _host_fall(result))
     else:
         base = (f"no cliff: efficiency stays at or above {min(effs):.2f} up to "
                 f"{result.stages[-1].world_size} ranks")
@@ -264,6 +326,22 @@ def _host_fall(result: ScaleTestResult) -> str:
             f"above {upto}")
 
 
+def _communication_fall(result: ScaleTestResult, j: int, i: int) -> str:
+    """A fall from one rank to the first stage that communicates, with the rest of the
+    step at its rate: the price of the collectives on this host and model. A single-rank
+    stage runs no probes, so this is the only fall judged without them. (A raw basis
+    excuses no other fall, so this is the only one when there is no cliff.)"""
+    effs, (a, b) = result.efficiency, (result.metrics[k] for k in (j, i))
+    shared = _came_to_share(result, j, i)
+    least = (f" (at least {SHARED_KEEP:.0%} where ranks share processors: {shared})"
+             if shared else "")
+    return (f"efficiency fell {effs[j]:.2f} -> {effs[i]:.2f} from 1 rank to "
+            f"{result.stages[i].world_size}, where the ranks start to communicate: "
+            f"collectives took {b.comm_share:.0%} of the step ({a.comm_share:.0%} on 1 rank), "
+            f"and the rest of the step kept {_work_kept(result, j, i):.2f} of 1 rank's "
+            f"rate{least}; no finding above info")
+
+
 def _at_cliff(result: ScaleTestResult) -> str:
     effs, stages = result.efficiency, [r.stage for r in result.stages]
     i = stages.index(result.cliff_stage)
@@ -273,12 +351,21 @@ def _at_cliff(result: ScaleTestResult) -> str:
             if norm[j] is not None and norm[i] is not None else "")
     fell = (_compute_fell(result.stages[j], result.stages[i])
             if result.efficiency_basis == RAW else None)
-    why = _top(result, result.cliff_stage) or fell or "no finding explains it"
+    why = _top(result, result.cliff_stage) or fell or "no finding explains it" + (
+        _work_fell(result, j, i) if _starts_communicating(result, j, i) else "")
     later = next(((r.stage, t) for r in result.stages[i + 1:] if (t := _top(result, r.stage))),
                  None)
     return (f"efficiency {effs[j]:.2f} -> {effs[i]:.2f}{host} between stages {stages[j]} "
             f"and {result.cliff_stage}: {why}"
             + (f"; and stage {later[0]}: {later[1]}" if later else ""))
+
+
+def _work_fell(result: ScaleTestResult, j: int, i: int) -> str:
+    kept = _work_kept(result, j, i)
+    if kept is None:
+        return ""
+    return (f"; besides the collectives ({result.metrics[i].comm_share:.0%} of the step), "
+            f"the rest of the step kept only {kept:.2f} of 1 rank's rate")
 
 
 def _compute_fell(before: StageRun, after: StageRun, ratio: float = 0.75) -> str | None:

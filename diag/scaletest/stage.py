@@ -42,6 +42,9 @@ class StageRun:
     hang: dict | None = None
     status: str = "ok"
     reason: str = ""
+    busiest: tuple[str, int, int] | None = None
+    """(node, ranks, cores) of the node with the most ranks per core, from check-env's
+    snapshots; None without them."""
 
 
 def ddiag_cmd(*args: str) -> list[str]:

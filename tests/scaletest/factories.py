@@ -55,3 +55,18 @@ def result(eff: list[float], tflops: list[float | None], findings=None,
     r.cliff_stage = locate_cliff(r)
     r.verdict = verdict(r)
     return r
+
+
+def local_result(eff: list[float], comm: list[float], findings=None, cores: int = 8
+                 ) -> ScaleTestResult:
+    """Local stages 1 and 2 (process counts: stage 1 is a single rank, which runs no
+    probes) on a host of ``cores``, with these raw efficiencies and communication shares
+    (data 5% of each step), the cliff and the verdict as conclude() makes them."""
+    cfg = ScaleTestConfig(out=Path("/r"), stages=(1, 2), launcher="local")
+    runs = [StageRun(n, n, Path(f"/r/stage-{n}"), busiest=("vm", n, cores)) for n in cfg.stages]
+    ms = [StageMetrics(n, 20, 0.01, 0.012, 0.01, round(100.0 * e * n, 3), 0.95 - c, c, 0.05,
+                       {}) for n, e, c in zip(cfg.stages, eff, comm)]
+    r = ScaleTestResult(cfg, stages=runs, metrics=ms, efficiency=eff, findings=findings or {})
+    r.cliff_stage = locate_cliff(r)
+    r.verdict = verdict(r)
+    return r

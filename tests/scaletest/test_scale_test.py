@@ -4,6 +4,7 @@ local run end to end."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -74,6 +75,9 @@ def test_local_scale_test_end_to_end(local_run):
         assert set(r["metrics"]["per_rank_p95_s"]) == {str(i) for i in range(r["world_size"])}
         assert (Path(r["run_dir"]) / "events" / "rank00000.jsonl").exists()
         assert (Path(r["run_dir"]) / "fr" / "rank00000.json").exists()
+        # from check-env's snapshots: all ranks on this host, on the cores they may use
+        assert r["busiest_node"]["ranks"] == r["world_size"]
+        assert r["busiest_node"]["cores"] == len(os.sched_getaffinity(0))
     assert json.loads((out / "scale-test.json").read_text())["verdict"] == doc["verdict"]
     pids = [json.loads(p.read_text())["pid"] for p in out.glob("stage-*/heartbeat/*.json")]
     assert len(pids) == 3 and pids_alive(pids) == []

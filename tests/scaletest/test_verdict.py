@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from diag.scaletest.run import verdict
-from tests.scaletest.factories import SHARED, SLOW_LINK, result
+from tests.scaletest.factories import SHARED, SLOW_LINK, local_result, result
 
 
 def test_ranks_sharing_processors_are_no_cliff_and_the_verdict_says_why():
@@ -118,3 +118,44 @@ def test_conclude_looks_for_the_cliff_after_analyzing_every_stage(monkeypatch, t
     r.config, r.findings = dataclasses.replace(r.config, out=tmp_path), {}
     conclude(r, status=lambda line: None)
     assert r.cliff_stage == 4 and "every link of node4 is slow" in r.verdict
+
+
+def test_from_one_rank_a_fall_that_is_the_collectives_time_is_no_cliff():
+    # the local demo on 2 cores measured 1.00 -> 0.66 with 28% of the 2-rank step in
+    # collectives: without them, 0.66 / 0.72 = 0.92 against 1 / 0.95 = 1.05, so 0.87 kept
+    r = local_result([1.0, 0.66], [0.05, 0.28])
+    assert r.efficiency_basis == "raw" and r.cliff_stage is None and r.healthy
+    assert verdict(r) == (
+        "no cliff: efficiency fell 1.00 -> 0.66 from 1 rank to 2, where the ranks start to "
+        "communicate: collectives took 28% of the step (5% on 1 rank), and the rest of the "
+        "step kept 0.87 of 1 rank's rate; no finding above info")
+
+
+def test_from_one_rank_to_ranks_that_fill_the_cores_the_rest_may_keep_half():
+    # the local demo on 2 cores also measured 1.00 -> 0.59 with 29% in collectives: the
+    # rest kept 0.79, as the 2 ranks' helper threads and the OS took turns on their cores
+    r = local_result([1.0, 0.59], [0.05, 0.29], cores=2)
+    assert r.cliff_stage is None and r.healthy
+    assert verdict(r) == (
+        "no cliff: efficiency fell 1.00 -> 0.59 from 1 rank to 2, where the ranks start to "
+        "communicate: collectives took 29% of the step (5% on 1 rank), and the rest of the "
+        "step kept 0.79 of 1 rank's rate (at least 50% where ranks share processors: 2 ranks "
+        "fill vm's 2 cores); no finding above info")
+    assert local_result([1.0, 0.59], [0.05, 0.29]).cliff_stage == 2  # on 8 cores: a cliff
+    assert local_result([1.0, 0.3], [0.05, 0.29], cores=2).cliff_stage == 2  # 0.40 kept
+
+
+def test_from_one_rank_a_fall_beyond_the_collectives_time_is_a_cliff():
+    r = local_result([1.0, 0.5], [0.05, 0.10])  # (0.5 / 0.9) / (1 / 0.95) = 0.53 kept
+    assert r.cliff_stage == 2 and not r.healthy
+    assert verdict(r) == (
+        "efficiency 1.00 -> 0.50 between stages 1 and 2: no finding explains it; besides "
+        "the collectives (10% of the step), the rest of the step kept only 0.53 of 1 rank's "
+        "rate")
+
+
+def test_from_one_rank_a_finding_makes_even_the_collectives_fall_a_cliff():
+    r = local_result([1.0, 0.66], [0.05, 0.28],
+                     findings={2: [{"severity": "error", "title": "rank 1 is a straggler"}]})
+    assert r.cliff_stage == 2
+    assert verdict(r).endswith("between stages 1 and 2: rank 1 is a straggler")
