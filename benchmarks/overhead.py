@@ -26,7 +26,9 @@ Two views of each step: wall time, and the CPU time of the training thread (whic
 all of ddiag's per-step work; unlike wall time it does not include waiting for the other
 rank or for a core, so it is far less noisy). Both come as the ratio of totals with a 95%
 bootstrap interval (rounds resampled, variants paired within a round), the ratio of
-medians, and the difference in microseconds per step. The writer thread's own CPU (the
+medians, and the difference in microseconds per step. A third view, the CPU time of
+the whole process during the step (``proc_ddiag_vs_hook``), adds ddiag's work on other
+threads, such as the bucket norms taken in gloo's completion callbacks. The writer thread's own CPU (the
 1 s heartbeat) is reported apart, per second of run.
 
     python benchmarks/overhead.py [--rounds 600] [--per-round 1] [--batch 768] [--json]
@@ -116,12 +118,14 @@ class DdiagSwitch:
 
 
 def timed_step(step, x, y, flush) -> tuple[float, float]:
-    """(wall, training-thread CPU) seconds of one step, the ddiag log flush included."""
-    c0, t0 = time.thread_time(), time.perf_counter()
+    """(wall, training-thread CPU, process CPU) seconds of one step, the ddiag log flush
+    included. The process's CPU adds what other threads did meanwhile: on gloo, the
+    communication thread that runs the all_reduce completion callbacks."""
+    p0, c0, t0 = time.process_time(), time.thread_time(), time.perf_counter()
     step(x, y)
     if flush is not None:
         flush()
-    return time.perf_counter() - t0, time.thread_time() - c0
+    return time.perf_counter() - t0, time.thread_time() - c0, time.process_time() - p0
 
 
 def run_rounds(steps: dict, x, y, rounds: int, per_round: int, rng: random.Random,
@@ -216,6 +220,7 @@ def summarize(results: list[dict], args, load: dict) -> dict:
     k = args.per_round
     wall = {name: per_round(results, name, 0, k) for name in VARIANTS}
     cpu = {name: per_round(results, name, 1, k) for name in VARIANTS}
+    proc = {name: per_round(results, name, 2, k) for name in VARIANTS}
     hook_steps = [t[0] for r in results for t in r["times"]["hook"]]
     summary = {
         "world_size": args.world, "batch": args.batch,
@@ -227,6 +232,8 @@ def summarize(results: list[dict], args, load: dict) -> dict:
         "wall_ddiag_vs_hook": paired_ratio(wall["ddiag"], wall["hook"], k, args.seed),
         "wall_ddiag_vs_stock": paired_ratio(wall["ddiag"], wall["stock"], k, args.seed),
         "cpu_ddiag_vs_hook": paired_ratio(cpu["ddiag"], cpu["hook"], k, args.seed),
+        "proc_ddiag_vs_hook": paired_ratio(proc["ddiag"], proc["hook"], k, args.seed),
+        "proc_hook_median_ms": median_ms(results, "hook", 2),
         "writer_thread_cpu_pct_of_wall": round(
             100 * statistics.mean(r["writer_share"] for r in results), 3),
         "records_written": sum(r["written"] for r in results),
