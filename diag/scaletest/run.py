@@ -205,8 +205,9 @@ SHARED_KEEP = 0.5
 """On ranks that share processors, a stage whose efficiency against the host keeps at
 least this fraction of the previous stage's fell as the host did. The OS scheduler's
 interleaving of the ranks sets their step time there, and no probe predicts it closely:
-on the 4-node lab (8 ranks on 2 cores), healthy runs measured 0.59-1.08 against the host
-at the same stage, where a host whose ranks each keep a processor stays within 0.2."""
+on the 4-node lab (8 ranks on 2 cores), healthy runs measured 0.59-2.20 against the host
+at the same stage (docs/scale-test.md), where a host whose ranks each keep a processor
+stays within 0.2."""
 
 
 def locate_cliff(result: ScaleTestResult) -> int | None:
