@@ -85,7 +85,8 @@ def make_step(model, opt):
 def build_variants(args, comm_hook) -> dict:
     """The step function of each variant; ``hook`` and ``ddiag`` share one model."""
     stock, shared = DDP(build(args.width, args.layers)), DDP(build(args.width, args.layers))
-    shared.register_comm_hook(None, comm_hook)  # ddiag keeps a hook it finds
+    # ddiag keeps a hook it finds; this one is registered with the state ddiag's has
+    shared.register_comm_hook(collectives.hook_state(shared), comm_hook)
     steps = {name: make_step(m, torch.optim.SGD(m.parameters(), lr=1e-3))
              for name, m in (("stock", stock), ("hook", shared))}
     steps["ddiag"] = diag.log_step(steps["hook"], model=shared)
@@ -114,7 +115,7 @@ class DdiagSwitch:
         """torch's allreduce_hook on ``hook`` steps, ddiag's recording hook on ddiag's."""
         if self.on:
             return collectives.ddp_recording_hook(state, bucket)
-        return allreduce_hook(state, bucket)
+        return allreduce_hook(state.process_group, bucket)
 
 
 def timed_step(step, x, y, flush) -> tuple[float, float]:

@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 from diag import schema
 from diag.collectives import (CollectiveRecorder, StepBuckets, ddp_recording_hook, dtype_name,
-                              install)
+                              hook_state, install)
 from diag.eventlog import FLUSH_INTERVAL_S, EventWriter, install_signal_flush
 from diag.instrument_names import STEP_PHASES
 from diag.rundir import RunDir, ensure_run_json, launcher_run_id, resolve_run_dir
@@ -358,7 +358,7 @@ def _hook_ddp(state: _State, model) -> None:
     if not state.want_collectives or getattr(model, "_comm_hooks", None):
         return  # the user's own hook stays; a Python hook goes through our wrappers anyway
     try:
-        model.register_comm_hook(model.process_group, ddp_recording_hook)
+        model.register_comm_hook(hook_state(model), ddp_recording_hook)
     except RuntimeError as exc:  # a builtin C++ hook is already registered
         state.emit({"kind": "note", **state.context(),
                     "message": f"DDP buckets not recorded: {exc}"[:500]})
@@ -469,13 +469,14 @@ def grad_check(model, buckets: tuple[int, float] | None = None
 
 
 def total_norm(norms: list) -> float:
-    """The 2-norm of per-tensor norms, read with one device sync at most.
+    """The 2-norm of per-tensor norms (tensors, or floats already read), read with one
+    device sync at most.
 
     On CPU, reading each value costs no sync, and summing in Python (in double) skips the
     stack/norm tensor ops, which cost more than the norm kernel on a small model.
     """
-    if all(n.is_cpu for n in norms):
-        return math.sqrt(sum(n.item() ** 2 for n in norms))
+    if all(type(n) is float or n.is_cpu for n in norms):
+        return math.sqrt(sum((n if type(n) is float else n.item()) ** 2 for n in norms))
     try:
         return float(torch.linalg.vector_norm(torch.stack(norms).float()))
     except RuntimeError:  # gradients spread over several devices

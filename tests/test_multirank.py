@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
 import threading
 import time
 from pathlib import Path
+
+import pytest
 
 from diag.events import read_events, read_run_events
 from tests.util import EXAMPLE, pids_alive, quiet_env, run, torchrun_cmd
@@ -97,3 +100,23 @@ def test_the_wait_for_a_slow_ranks_buckets_is_communication_not_compute(tmp_path
     assert all(w < 0.05 for w in waits[1]), waits  # rank 1's peers were ready before it
     for s in logs[0].of_kind("step")[1:]:
         assert s["comm_wait_s"] > 5 * s["comm_s"]  # the launch alone is short
+
+
+@pytest.mark.parametrize("bucket_view", [False, True], ids=["grads-apart", "bucket-view"])
+def test_the_rank_that_sent_a_nan_into_a_ddp_bucket_is_named(tmp_path, bucket_view):
+    # Without bucket views the check reads the parameters' own gradients after the
+    # reduction; with them, the bucket is summed before launch. Same verdict either way.
+    out = tmp_path / "run"
+    program = Path(__file__).parent / "programs" / "nan_ddp.py"
+    flag = ["--bucket-view"] if bucket_view else []
+    res = run(torchrun_cmd(2, program, "--out", str(out), "--nan-rank", "1", "--nan-step", "2",
+                           *flag), timeout=180)
+    assert res.returncode == 0, res.stderr[-3000:]
+    logs, _ = read_run_events(out)
+    steps = {r: logs[r].of_kind("step") for r in (0, 1)}
+    for rank in (0, 1):
+        assert [s["sent_nonfinite"] for s in steps[rank][:2]] == [None, None]
+        assert steps[rank][2]["grad_norm"] == "nan"  # the all_reduce spread it to both
+        assert all(math.isfinite(s["grad_norm"]) for s in steps[rank][:2])
+    assert steps[1][2]["sent_nonfinite"] == {"op": "all_reduce", "seq": 3}
+    assert steps[0][2]["sent_nonfinite"] is None
