@@ -469,14 +469,13 @@ def grad_check(model, buckets: tuple[int, float] | None = None
 
 
 def total_norm(norms: list) -> float:
-    """The 2-norm of per-tensor norms (tensors, or floats already read), read with one
-    device sync at most.
+    """The 2-norm of per-tensor norms, read with one device sync at most.
 
     On CPU, reading each value costs no sync, and summing in Python (in double) skips the
     stack/norm tensor ops, which cost more than the norm kernel on a small model.
     """
-    if all(type(n) is float or n.is_cpu for n in norms):
-        return math.sqrt(sum((n if type(n) is float else n.item()) ** 2 for n in norms))
+    if all(n.is_cpu for n in norms):
+        return math.sqrt(sum(n.item() ** 2 for n in norms))
     try:
         return float(torch.linalg.vector_norm(torch.stack(norms).float()))
     except RuntimeError:  # gradients spread over several devices
