@@ -32,6 +32,7 @@ threads, such as the bucket norms taken in gloo's completion callbacks. The writ
 1 s heartbeat) is reported apart, per second of run.
 
     python benchmarks/overhead.py [--rounds 600] [--per-round 1] [--batch 768] [--json]
+                                  [--raw FILE]
 
 Goal: ddiag / hook < 1.01.
 """
@@ -57,7 +58,7 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import diag
-from diag import collectives, instrument
+from diag import collectives, instrument, schema
 
 VARIANTS = ("stock", "hook", "ddiag")
 GOAL = 1.01
@@ -279,6 +280,15 @@ def collect(ranks, queue, world: int) -> list[dict]:
     return sorted(results, key=lambda r: r["rank"])
 
 
+def write_raw(path: str, results: list[dict], summary: dict) -> None:
+    """Every step's times, beside the summary; refuses to overwrite a file."""
+    doc = {**schema.stamp(schema.OVERHEAD_RAW), "variants": list(VARIANTS),
+           "fields": ["wall_s", "thread_cpu_s", "process_cpu_s"], "summary": summary,
+           "ranks": [{"rank": r["rank"], "times": r["times"]} for r in results]}
+    with open(path, "x") as f:
+        json.dump(doc, f)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--world", type=int, default=2)
@@ -292,10 +302,15 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--batch", type=int, default=768, help="per rank; ~20 ms steps here")
     p.add_argument("--json", action="store_true", help="print only the JSON result")
+    p.add_argument("--raw", metavar="FILE",
+                   help="also write every step's (wall, thread CPU, process CPU) per rank "
+                        "and variant to FILE (JSON), for other statistics")
     args = p.parse_args()
     for name in ("world", "rounds", "per_round", "flush_every", "batch"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got: {getattr(args, name)}")
+    if args.raw and os.path.exists(args.raw):
+        p.error(f"--raw {args.raw}: the file exists; give a new path (nothing is overwritten)")
     load = {"loadavg_1m_before": round(os.getloadavg()[0], 2)}
     with tempfile.TemporaryDirectory() as tmp:
         args.run_dir = os.path.join(tmp, "run")
@@ -305,6 +320,8 @@ def main() -> None:
         results = collect(ranks, queue, args.world)
     load["loadavg_1m_after"] = round(os.getloadavg()[0], 2)
     summary = summarize(results, args, load)
+    if args.raw:
+        write_raw(args.raw, results, summary)
     if args.json:
         print(json.dumps(summary))
     else:

@@ -457,7 +457,8 @@ def ddp_recording_hook(state, bucket):
     work = recorder.bucket_all_reduce(buffer, group, sent)
     if not on_device:  # a CUDA future completes at launch: nothing to time
         step.launched = time.monotonic()
-    return work.get_future().then(functools.partial(_on_reduced, step, on_device, sent))
+    return work.get_future().then(
+        functools.partial(_on_reduced, step, on_device, buffer.numel(), sent))
 
 
 def _first_value(fut):
@@ -472,7 +473,7 @@ class StepBuckets:
 
     def __init__(self, check: bool) -> None:
         self.check = check  # take each reduced bucket's norm
-        self.norms: list = []  # (numel, 2-norm tensor) per reduced bucket
+        self.norms: list = []  # (numel, 2-norm: a float on CPU, else a tensor) per bucket
         self.launched: float | None = None  # monotonic, after the last bucket's launch
         self.done: list[float] = []  # monotonic, as each bucket's all_reduce completed
 
@@ -487,7 +488,8 @@ class StepBuckets:
         return max(0.0, max(self.done) - self.launched)
 
 
-def _on_reduced(step: StepBuckets, on_device: bool, sent: "LocalGradCheck | None", fut):
+def _on_reduced(step: StepBuckets, on_device: bool, numel: int,
+                sent: "LocalGradCheck | None", fut):
     """Completion callback: the reduced bucket, after noting when and, on a step that
     checks gradients, its (numel, norm): the bucket then holds exactly the gradients the
     optimizer sees. On gloo it runs as the reduction ends, on whichever thread sees it
@@ -497,21 +499,18 @@ def _on_reduced(step: StepBuckets, on_device: bool, sent: "LocalGradCheck | None
     bucket = fut.value()[0]
     if step.check:
         try:
-            norm = bucket_norm(bucket)
-            step.norms.append((bucket.numel(), norm))
-            if sent is not None and not math.isfinite(norm):  # CPU: no sync
-                sent.judge()
+            # Not a BLAS dot, though one is a quarter faster: on gloo's thread MKL does
+            # not follow torch.set_num_threads, and a dot of 263k values took 8 ms
+            # (median) on 2 busy cores. torch's own kernels follow it on every thread.
+            norm = torch.linalg.vector_norm(bucket)
+            if not on_device:  # read here, where the kernel's code is still warm
+                norm = norm.item()
+                if sent is not None and not math.isfinite(norm):
+                    sent.judge()
+            step.norms.append((numel, norm))
         except Exception:  # noqa: BLE001 - the step end then walks the parameters instead
             pass
     return bucket
-
-
-def bucket_norm(bucket):
-    """The 2-norm of a reduced bucket, as a tensor read at the step end (one sync on a
-    device). Not a BLAS dot, although one is a quarter faster on CPU: this runs on
-    gloo's thread, where MKL does not follow torch.set_num_threads and a dot of 263k
-    values took 8 ms (median) on 2 busy cores. torch's own kernels follow it there."""
-    return torch.linalg.vector_norm(bucket)
 
 
 class LocalGradCheck:

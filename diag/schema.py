@@ -20,6 +20,7 @@ PROBE_COLLECTIVES = "ddiag.probe_collectives"
 PROBE_COMPUTE = "ddiag.probe_compute"
 PROBES = "ddiag.probes"
 FAULT_MATRIX = "ddiag.fault_matrix"
+OVERHEAD_RAW = "ddiag.overhead_raw"
 
 # The major version each format is written at (and the newest a reader understands).
 VERSIONS: dict[str, int] = {
@@ -37,6 +38,7 @@ VERSIONS: dict[str, int] = {
     PROBE_COMPUTE: 1,
     PROBES: 1,
     FAULT_MATRIX: 1,
+    OVERHEAD_RAW: 1,
 }
 
 

@@ -56,13 +56,14 @@ def test_step_records_shapes_loss_phases_and_grad_norm(run_dir):
 
 def test_arg_shapes_reads_one_container_level_and_stops_at_the_cap():
     t = torch.zeros(2, 3)
-    got = instrument.arg_shapes((t, [t, "x", torch.ones(1, dtype=torch.int8)], 7, {"a": t}),
-                                {"y": (t,), "z": t, "w": "no"})
+    got = instrument.shape_fields(instrument.arg_shapes(
+        (t, [t, "x", torch.ones(1, dtype=torch.int8)], 7, {"a": t}),
+        {"y": (t,), "z": t, "w": "no"}))
     assert [(r["name"], r["shape"], r["dtype"]) for r in got] == [
         ("arg0", [2, 3], "float32"), ("arg1[0]", [2, 3], "float32"),
         ("arg1[2]", [1], "int8"), ("arg3.a", [2, 3], "float32"),
         ("y[0]", [2, 3], "float32"), ("z", [2, 3], "float32")]
-    many = instrument.arg_shapes(tuple([t] * 40), {"k": t})
+    many = instrument.shape_fields(instrument.arg_shapes(tuple([t] * 40), {"k": t}))
     assert len(many) == instrument.MAX_ARG_TENSORS
     assert many[-1]["name"] == f"arg{instrument.MAX_ARG_TENSORS - 1}"
 
