@@ -449,10 +449,20 @@ def _named_parameters(model) -> tuple[list, int]:
 
 def bucket_total(norms: list) -> tuple[int, float] | None:
     """(numel, norm) over the DDP buckets reduced this step, from each bucket's
-    (numel, norm), or None if none was."""
+    (numel, norm), or None if none was. One plain loop: on CPU the norms are floats
+    already, and this runs cold, right after the optimizer."""
     if not norms:
         return None
-    return sum(n for n, _ in norms), total_norm([norm for _, norm in norms])
+    numel, squares, tensors = 0, 0.0, []
+    for n, norm in norms:
+        numel += n
+        if type(norm) is float:
+            squares += norm * norm
+        else:
+            tensors.append(norm)
+    if tensors:
+        squares += total_norm(tensors) ** 2
+    return numel, math.sqrt(squares)
 
 
 def grad_check(model, buckets: tuple[int, float] | None = None
@@ -485,14 +495,13 @@ def grad_check(model, buckets: tuple[int, float] | None = None
 
 
 def total_norm(norms: list) -> float:
-    """The 2-norm of per-tensor norms (tensors, or floats already read), read with one
-    device sync at most.
+    """The 2-norm of per-tensor norms, read with one device sync at most.
 
     On CPU, reading each value costs no sync, and summing in Python (in double) skips the
     stack/norm tensor ops, which cost more than the norm kernel on a small model.
     """
-    if all(type(n) is float or n.is_cpu for n in norms):
-        return math.sqrt(sum((n if type(n) is float else n.item()) ** 2 for n in norms))
+    if all(n.is_cpu for n in norms):
+        return math.sqrt(sum(n.item() ** 2 for n in norms))
     try:
         return float(torch.linalg.vector_norm(torch.stack(norms).float()))
     except RuntimeError:  # gradients spread over several devices

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 
@@ -277,6 +278,8 @@ def test_grad_check_trusts_buckets_only_when_they_cover_every_trainable_paramete
     walked = float(torch.linalg.vector_norm(torch.cat([model.weight.grad[0], model.bias.grad])))
     buckets = instrument.bucket_total([(3, torch.tensor(3.0)), (1, torch.tensor(4.0))])
     assert buckets == (4, pytest.approx(5.0))
+    assert instrument.bucket_total([(3, 3.0), (1, 4.0)]) == (4, 5.0)  # CPU: read already
+    assert math.isnan(instrument.bucket_total([(3, 3.0), (1, float("nan"))])[1])
     assert instrument.grad_check(model, buckets) == (5.0, None)
     assert instrument.grad_check(model, (3, 5.0))[0] == pytest.approx(walked)
     assert instrument.grad_check(model, instrument.bucket_total([]))[0] == pytest.approx(walked)
