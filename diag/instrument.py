@@ -314,6 +314,7 @@ def _begin_step(state: _State, model, args: tuple, kwargs: dict, grad_every: int
     state.recorder.step_count = 0
     check = model is not None and state.step % grad_every == 0
     state.recorder.check_finite = check
+    state.recorder.finite_checks = []  # a step that raised left its own behind
     state.recorder.buckets = StepBuckets(check)
     state._args = arg_shapes(args, kwargs)
 
@@ -343,6 +344,7 @@ def _end_step(state: _State, model, grad_every: int, result) -> None:
 def _record_exception(state: _State, exc: BaseException, span: str | None = None) -> None:
     try:
         state.in_step = False
+        state.recorder.check_finite = False
         where = {"span": span} if span else {}
         state.emit({"kind": "exception", **state.context(), **where, "type": type(exc).__name__,
                     "message": str(exc)[:2000],

@@ -224,6 +224,28 @@ def test_rank_feeding_nan_into_a_reduction_is_recorded(run_dir, tmp_path):
     assert recs[1]["sent_nonfinite"] == {"op": "all_reduce", "seq": 4}
 
 
+def test_a_step_that_raised_leaves_no_nan_check_to_the_next(run_dir, tmp_path):
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    model = torch.nn.Linear(2, 1)
+    try:
+        @diag.log_step(model=model)
+        def step(fail: bool):
+            model(torch.ones(1, 2)).sum().backward()
+            if fail:
+                dist.all_reduce(torch.tensor([float("nan")]))
+                raise ValueError("bad batch")
+
+        with pytest.raises(ValueError):
+            step(True)
+        dist.all_reduce(torch.tensor([float("inf")]))  # between steps: not a step's input
+        step(False)
+        recs = records(run_dir, "step")
+    finally:
+        dist.destroy_process_group()
+    assert [r["sent_nonfinite"] for r in recs] == [None]
+
+
 def test_exception_in_a_span_outside_a_step_is_recorded(run_dir):
     with pytest.raises(TimeoutError):
         with diag.span("checkpoint"):
