@@ -30,6 +30,15 @@ def records(run_dir, kind):
     return logs[0].of_kind(kind)
 
 
+@pytest.fixture
+def one_rank_group(tmp_path):
+    """A gloo process group of this process alone, destroyed afterwards."""
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
 def test_step_records_shapes_loss_phases_and_grad_norm(run_dir):
     model = torch.nn.Linear(4, 1)
 
@@ -116,18 +125,13 @@ def test_instrumentation_errors_never_reach_training(run_dir, monkeypatch):
     assert instrument._state.internal_errors == 1
 
 
-def test_collectives_are_recorded_and_p2p_ops_still_validate(run_dir, tmp_path):
-    store = dist.FileStore(str(tmp_path / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    try:
-        t = torch.ones(6)
-        dist.all_reduce(t)
-        dist.all_gather_object([None], {"a": 1})  # runs two all_gathers inside
-        dist.barrier()
-        dist.P2POp(dist.isend, t, 0)  # P2POp checks its op against the originals
-        recs = records(run_dir, "collective")
-    finally:
-        dist.destroy_process_group()
+def test_collectives_are_recorded_and_p2p_ops_still_validate(run_dir, one_rank_group):
+    t = torch.ones(6)
+    dist.all_reduce(t)
+    dist.all_gather_object([None], {"a": 1})  # runs two all_gathers inside
+    dist.barrier()
+    dist.P2POp(dist.isend, t, 0)  # P2POp checks its op against the originals
+    recs = records(run_dir, "collective")
     assert [(r["op"], r["seq"]) for r in recs] == [
         ("all_reduce", 1), ("all_gather_object", 2), ("barrier", 3)]
     assert recs[0]["in_numel"] == 6 and recs[0]["in_bytes"] == 24
@@ -142,19 +146,14 @@ def test_init_rejects_a_bad_option_by_name(option):
         diag.init(**option)
 
 
-def test_heartbeat_names_the_collective_in_flight_then_the_last_one(run_dir, tmp_path):
-    store = dist.FileStore(str(tmp_path / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+def test_heartbeat_names_the_collective_in_flight_then_the_last_one(run_dir, one_rank_group):
     state, inside = instrument._state, {}
 
     def all_reduce(tensor, op=None, group=None, async_op=False):
         inside.update(state.heartbeat())
 
-    try:
-        state.recorder.wrap("all_reduce", all_reduce)(torch.ones(2, 3))
-        after = state.heartbeat()
-    finally:
-        dist.destroy_process_group()
+    state.recorder.wrap("all_reduce", all_reduce)(torch.ones(2, 3))
+    after = state.heartbeat()
     pending = inside["pending"]
     assert {k: pending[k] for k in ("op", "seq", "in_numel", "in_dtype", "in_shape")} == {
         "op": "all_reduce", "seq": 1, "in_numel": 6, "in_dtype": "float32", "in_shape": [2, 3]}
@@ -204,45 +203,37 @@ def test_analyze_runs_without_torch(tmp_path):
     assert '"straggler"' in res.stdout and (tmp_path / "r.html").exists()
 
 
-def test_rank_feeding_nan_into_a_reduction_is_recorded(run_dir, tmp_path):
-    store = dist.FileStore(str(tmp_path / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+def test_rank_feeding_nan_into_a_reduction_is_recorded(run_dir, one_rank_group):
     model = torch.nn.Linear(2, 1)
-    try:
-        @diag.log_step(model=model)
-        def step(poison: bool):
-            model(torch.ones(1, 2)).sum().backward()
-            dist.all_reduce(torch.ones(3))
-            dist.all_reduce(torch.tensor([float("nan")]) if poison else torch.ones(1))
 
-        step(False)
-        step(True)
-        recs = records(run_dir, "step")
-    finally:
-        dist.destroy_process_group()
+    @diag.log_step(model=model)
+    def step(poison: bool):
+        model(torch.ones(1, 2)).sum().backward()
+        dist.all_reduce(torch.ones(3))
+        dist.all_reduce(torch.tensor([float("nan")]) if poison else torch.ones(1))
+
+    step(False)
+    step(True)
+    recs = records(run_dir, "step")
     assert recs[0]["sent_nonfinite"] is None
     assert recs[1]["sent_nonfinite"] == {"op": "all_reduce", "seq": 4}
 
 
-def test_a_step_that_raised_leaves_no_nan_check_to_the_next(run_dir, tmp_path):
-    store = dist.FileStore(str(tmp_path / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+def test_a_step_that_raised_leaves_no_nan_check_to_the_next(run_dir, one_rank_group):
     model = torch.nn.Linear(2, 1)
-    try:
-        @diag.log_step(model=model)
-        def step(fail: bool):
-            model(torch.ones(1, 2)).sum().backward()
-            if fail:
-                dist.all_reduce(torch.tensor([float("nan")]))
-                raise ValueError("bad batch")
 
-        with pytest.raises(ValueError):
-            step(True)
-        dist.all_reduce(torch.tensor([float("inf")]))  # between steps: not a step's input
-        step(False)
-        recs = records(run_dir, "step")
-    finally:
-        dist.destroy_process_group()
+    @diag.log_step(model=model)
+    def step(fail: bool):
+        model(torch.ones(1, 2)).sum().backward()
+        if fail:
+            dist.all_reduce(torch.tensor([float("nan")]))
+            raise ValueError("bad batch")
+
+    with pytest.raises(ValueError):
+        step(True)
+    dist.all_reduce(torch.tensor([float("inf")]))  # between steps: not a step's input
+    step(False)
+    recs = records(run_dir, "step")
     assert [r["sent_nonfinite"] for r in recs] == [None]
 
 
@@ -268,27 +259,23 @@ def test_forked_child_does_not_write_the_parents_queue(run_dir):
     assert len(records(run_dir, "mine")) == 1
 
 
-def test_ddp_grad_norm_comes_from_the_reduced_buckets(run_dir, tmp_path):
-    store = dist.FileStore(str(tmp_path / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+def test_ddp_grad_norm_comes_from_the_reduced_buckets(run_dir, one_rank_group):
     torch.manual_seed(0)
     inner = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
     inner[0].bias.requires_grad_(False)  # frozen: not in any bucket, not in the norm
     model = torch.nn.parallel.DistributedDataParallel(inner)
     seen = []
-    try:
-        @diag.log_step(model=model)
-        def step(x):
-            model.zero_grad(set_to_none=True)
-            model(x).pow(2).mean().backward()
-            seen.append(list(instrument._state.recorder.buckets.norms))
-            grads = [p.grad.flatten() for p in model.parameters() if p.grad is not None]
-            return float(torch.linalg.vector_norm(torch.cat(grads)))
 
-        expected = [step(torch.randn(4, 8)) for _ in range(3)]
-        recs = records(run_dir, "step")
-    finally:
-        dist.destroy_process_group()
+    @diag.log_step(model=model)
+    def step(x):
+        model.zero_grad(set_to_none=True)
+        model(x).pow(2).mean().backward()
+        seen.append(list(instrument._state.recorder.buckets.norms))
+        grads = [p.grad.flatten() for p in model.parameters() if p.grad is not None]
+        return float(torch.linalg.vector_norm(torch.cat(grads)))
+
+    expected = [step(torch.randn(4, 8)) for _ in range(3)]
+    recs = records(run_dir, "step")
     assert all(seen) and sum(numel for numel, _ in seen[0]) == 8 * 8 + 8 * 1 + 1
     assert [r["grad_norm"] for r in recs] == pytest.approx(expected, rel=1e-5)
     assert all(r["nonfinite"] is None for r in recs)
