@@ -51,23 +51,34 @@ def _json_encode(record: dict) -> bytes:
     return text.encode()
 
 
+def _has_nonfinite(record: dict) -> bool:
+    for value in record.values():
+        if type(value) is float and not math.isfinite(value):
+            return True
+    return False
+
+
 try:  # serialising is most of the writer thread's work; orjson does it ~10x faster
     import orjson
 
-    def _fast_encode(record: dict) -> bytes:
-        # orjson writes NaN/Infinity as null; keep them, as strings, where they occur
-        # (a loss or gradient norm: top-level floats of a record).
-        if any(type(v) is float and not math.isfinite(v) for v in record.values()):
-            record = _finite(record)
-        return orjson.dumps(record, default=str)
+    _ORJSON_LINE = orjson.OPT_APPEND_NEWLINE
+
+    def encode(record: dict) -> bytes:
+        """One JSON line."""
+        try:
+            line = orjson.dumps(record, default=str, option=_ORJSON_LINE)
+            # orjson writes NaN/Infinity as null; keep them, as strings, where they occur
+            # (a loss or gradient norm: top-level floats of a record). Only a line with
+            # a null can hold one, so most records skip the scan.
+            if b"null" in line and _has_nonfinite(record):
+                line = orjson.dumps(_finite(record), default=str, option=_ORJSON_LINE)
+            return line
+        except (TypeError, ValueError):  # e.g. non-str keys orjson refuses
+            return _json_encode(record) + b"\n"
 except ImportError:  # pragma: no cover - orjson is a dependency
-    _fast_encode = _json_encode
 
-
-def encode(record: dict) -> bytes:
-    try:
-        return _fast_encode(record) + b"\n"
-    except (TypeError, ValueError):  # e.g. non-str keys orjson refuses
+    def encode(record: dict) -> bytes:
+        """One JSON line."""
         return _json_encode(record) + b"\n"
 
 
@@ -137,17 +148,31 @@ class EventWriter:
         self._observers.append(observe)
 
     def flush(self) -> None:
-        """Write every queued record, one ``os.write`` per line."""
+        """Write every queued record, one ``os.write`` per line. One loop with no calls
+        of its own per record: flushing follows a training step, with cold caches."""
         with self._lock:
-            while self._queue:
-                record = self._queue.popleft()
-                if type(record) is not dict:  # kept in parts by its producer: build it here
-                    record = self._assemble(record)
-                    if record is None:
-                        continue
-                self._write(record)
-                for observe in list(self._observers):
-                    self._notify(observe, record, self._observers)
+            queue, fd = self._queue, self._fd
+            while queue:
+                record = queue.popleft()
+                if fd is None:
+                    self.dropped += 1
+                    continue
+                try:
+                    if type(record) is not dict:  # built by its producer's record() here
+                        record = record.record()
+                    line = encode(record)
+                    # A regular file takes the whole line at once; the loop only guards
+                    # the rare short write so the line is never left torn mid-file.
+                    while line:
+                        line = line[os.write(fd, line):]
+                    self.written += 1
+                except Exception as exc:  # noqa: BLE001 - one bad record or a full disk
+                    self.dropped += 1  # must not stop the log, nor training
+                    self._warn(f"cannot write {self.path}: {exc}")
+                    continue
+                if self._observers:
+                    for observe in list(self._observers):
+                        self._notify(observe, record, self._observers)
 
     def _notify(self, observe: Callable[[dict], None], record: dict, owners: list) -> None:
         try:
@@ -155,31 +180,6 @@ class EventWriter:
         except Exception as exc:  # noqa: BLE001 - a broken exporter must not stop the log
             owners.remove(observe)
             log.warning("ddiag: observer %r failed (%s); dropped", observe, exc)
-
-    def _assemble(self, parts) -> dict | None:
-        """A record its producer queued in parts (anything with a ``record()`` method,
-        e.g. a dict subclass), so that the training thread did not have to merge them."""
-        try:
-            return parts.record()
-        except Exception as exc:  # noqa: BLE001 - one bad record must not stop the log
-            self.dropped += 1
-            self._warn(f"cannot build a record for {self.path}: {exc}")
-            return None
-
-    def _write(self, record: dict) -> None:
-        if self._fd is None:
-            self.dropped += 1
-            return
-        try:
-            line = encode(record)
-            # A regular file takes the whole line at once; the loop only guards the
-            # rare short write so the line is never left torn mid-file.
-            while line:
-                line = line[os.write(self._fd, line):]
-            self.written += 1
-        except (OSError, TypeError, ValueError) as exc:
-            self.dropped += 1
-            self._warn(f"cannot write {self.path}: {exc}")
 
     def write_heartbeat(self) -> None:
         for tick in list(self._ticks):
