@@ -104,11 +104,15 @@ class CollectiveRecorder:
         self.step_comm_s = 0.0
         self.step_count = 0
         self.check_finite = False
-        self.finite_checks: list[tuple[str, int, Any, bool]] = []  # ..., is a DDP bucket
+        # (op, seq, a sum, or a found-non-finite flag, is a DDP bucket, is a flag)
+        self.finite_checks: list[tuple[str, int, Any, bool, bool]] = []
         self.buckets = StepBuckets(False)  # this step's DDP buckets
-        # (id(group), numel, dtype) -> a DDP bucket record's fixed fields, whether it is
-        # floating point, the group's name
-        self._bucket_fields: dict[tuple, tuple[dict, bool, str]] = {}
+        self._bucket_plans: dict[tuple, BucketPlan] = {}  # by (id(group), numel, dtype)
+
+    def emit_to(self, emit: Callable[[dict], None]) -> None:
+        """Send records straight to ``emit`` from now on (the event writer's, once it
+        is open): one call less per collective."""
+        self._emit = emit
 
     def group_info(self, group) -> GroupInfo:
         pg = group if group is not None else dist.group.WORLD
@@ -211,37 +215,77 @@ class CollectiveRecorder:
             if t.is_floating_point():
                 # A sum is non-finite iff an element is (barring fp32 overflow, which only
                 # huge gradients reach): one pass and no mask allocation, unlike isfinite.
-                self.finite_checks.append((op, seq, _sum32(t), False))
+                self.finite_checks.append((op, seq, _sum32(t), False, False))
 
-    def bucket_all_reduce(self, buffer, group, sent: "LocalGradCheck | None" = None):
-        """Issue and record one DDP bucket's async all_reduce. The same record as the
-        namespace wrapper's, but a bucket's group, size and dtype repeat every step, so
-        its fixed fields are built once: this runs for every bucket of every step.
+    def bucket_all_reduce(self, buffer, group, step: "StepBuckets"):
+        """Average, check and issue one DDP bucket's async all_reduce, and record it;
+        returns (work, numel). ``buffer`` still holds this rank's summed gradients.
 
-        ``sent``: judges after the reduction whether this rank fed it a NaN/Inf, from
-        the parameters' own gradients; without one, the buffer is summed before launch."""
-        key = (id(group), buffer.numel(), buffer.dtype)
-        cached = self._bucket_fields.get(key)
-        if cached is None:
-            cached = self._bucket_fields[key] = self._bucket_fixed(buffer, group)
-        fixed, floating, name = cached
-        seq = self.seq[name] = self.seq.get(name, 0) + 1
-        call = _BucketCall(self._context(), fixed, seq)
-        if self.check_finite and floating:
-            self.finite_checks.append(
-                ("all_reduce", seq, sent if sent is not None else _sum32(buffer), True))
-        self.pending = call
-        return self._timed(call, group, _original(dist.all_reduce), (buffer,),
-                           {"group": group, "async_op": True})
+        The same record as the namespace wrapper's, but this runs for every bucket of
+        every step on the training thread, right after backward's kernels have evicted
+        the interpreter's caches, where each extra Python call costs microseconds. So a
+        bucket's fixed fields are worked out once (``BucketPlan``), the record stays a
+        tuple until the writer thread builds it, and the reduction goes straight to the
+        process group, as DDP's own C++ hook does.
 
-    def _bucket_fixed(self, buffer, group) -> tuple[dict, bool, str]:
-        """A bucket's fixed record fields, whether it is floating point, its group."""
+        On a step that checks gradients, whether this rank sends a NaN/Inf is noted
+        before launch. Where the world size is a power of two, multiplying by its
+        inverse is bitwise the same as dividing, so AMP's fused unscale-and-check
+        kernel does both in the pass the division makes anyway; elsewhere the buffer
+        is summed after the division."""
+        plan = self._bucket_plans.get((id(group), buffer.numel(), buffer.dtype))
+        if plan is None:
+            plan = self._plan_bucket(buffer, group)
+        seq = self.seq[plan.group] = self.seq.get(plan.group, 0) + 1
+        if self.check_finite and plan.floating:
+            if plan.inverse_world is not None:
+                found = torch.zeros(1)
+                torch._amp_foreach_non_finite_check_and_unscale_(
+                    [buffer], found, plan.inverse_world)
+                self.finite_checks.append(("all_reduce", seq, found, True, True))
+            else:
+                buffer.div_(plan.world)
+                self.finite_checks.append(("all_reduce", seq, _sum32(buffer), True, False))
+        else:
+            buffer.div_(plan.world)
+        t, start = time.time(), time.monotonic()
+        self.pending = Deferred((_bucket_record, plan, step.step, step.in_step, t, start, seq))
+        try:
+            if plan.options is not None:  # as DDP's C++ hook: dist.all_reduce adds checks
+                work = group.allreduce([buffer], plan.options)
+            else:
+                work = _original(dist.all_reduce)(buffer, group=group, async_op=True)
+        except BaseException as exc:
+            self.pending = None
+            self._emit({**_bucket_record(plan, step.step, step.in_step, t, start, seq,
+                                         time.monotonic() - start),
+                        "error": f"{type(exc).__name__}: {exc}"[:500]})
+            raise
+        end = time.monotonic()
+        dur = end - start
+        torch_seq = group._get_sequence_number_for_group() if plan.torch_seq else None
+        self.pending = None
+        self.last = call = Deferred(
+            (_bucket_record, plan, step.step, step.in_step, t, start, seq, dur, torch_seq))
+        self.step_comm_s += dur
+        self.step_count += 1
+        step.launched = end
+        self._emit(call)
+        return work, plan.numel
+
+    def _plan_bucket(self, buffer, group) -> "BucketPlan":
         info = self.group_info(group)
         side = describe([buffer], "in")
-        return ({"kind": "collective", "op": "all_reduce", "group": info.name,
+        where = self._context()
+        fixed = {"kind": "collective", "op": "all_reduce", "group": info.name,
                  "group_desc": info.desc, "group_size": info.size, **side,
-                 **{_IN_TO_OUT[k]: v for k, v in side.items()}},
-                buffer.is_floating_point(), info.name)
+                 **{_IN_TO_OUT[k]: v for k, v in side.items()},
+                 "rank": where.get("rank"), "pid": where.get("pid")}
+        plan = BucketPlan(fixed, info.name, info.size, buffer.numel(),
+                          buffer.is_floating_point(), _torch_seq_works(group),
+                          _direct_allreduce(buffer, group), _inverse_world(buffer, info.size))
+        self._bucket_plans[(id(group), plan.numel, buffer.dtype)] = plan
+        return plan
 
     def first_nonfinite_sent(self, buckets_finite: bool = False) -> dict | None:
         """The first reduction this step that this rank fed a NaN/Inf into.
@@ -249,8 +293,10 @@ class CollectiveRecorder:
         ``buckets_finite``: every DDP bucket came back finite from its reduction. A sum
         is finite only if every rank's input was, so those checks need not be read."""
         checks, self.finite_checks = self.finite_checks, []
-        for op, seq, total, bucket in checks:
-            if not (bucket and buckets_finite) and not math.isfinite(float(total)):
+        for op, seq, value, bucket, found in checks:
+            if bucket and buckets_finite:
+                continue
+            if float(value) != 0.0 if found else not math.isfinite(float(value)):
                 return {"op": op, "seq": seq}
         return None
 
@@ -284,25 +330,76 @@ class CollectiveRecorder:
         self._emit(record)
 
 
-class _BucketCall(dict):
-    """One DDP bucket's all_reduce record, kept in two parts until the writer thread
-    serialises it: this call's own fields (the dict itself) and the bucket's fixed
-    fields, the same dict every step.
+@dataclass(frozen=True)
+class BucketPlan:
+    """What one DDP bucket's all_reduce records and how it is issued: fixed per
+    (group, numel, dtype), so worked out on its first step."""
 
-    This runs for every bucket of every step, on the training thread, where merging
-    the fixed fields into each record cost more than all the rest of recording a bucket.
-    The writer thread merges them (``record()``), a batch at a time.
-    """
+    fixed: dict  # the record's fields that never change, this rank's included
+    group: str  # the group's name, which keys ``seq``
+    world: int  # the group's size, which the bucket is divided by
+    numel: int
+    floating: bool
+    torch_seq: bool  # the group keeps torch's own collective counter
+    options: Any  # AllreduceOptions for a direct call, or None: through dist.all_reduce
+    inverse_world: Any  # 1/world as a CPU tensor where multiplying by it is exact, or None
 
-    __slots__ = ("fixed",)
 
-    def __init__(self, context: dict, fixed: dict, seq: int) -> None:
-        super().__init__(context)
-        self["seq"] = seq
-        self.fixed = fixed
+def _bucket_record(plan: BucketPlan, step: int, in_step: bool, t: float, mono: float,
+                   seq: int, dur: float | None = None, torch_seq: int | None = None) -> dict:
+    """A DDP bucket's collective record, built on the writer thread."""
+    record = {**plan.fixed, "step": step, "in_step": in_step, "t": t, "mono": mono, "seq": seq}
+    if dur is not None:
+        record["dur_s"] = dur
+        record["async"] = True
+    if torch_seq is not None:
+        record["torch_seq"] = torch_seq
+    return record
+
+
+def _torch_seq_works(group) -> bool:
+    try:
+        group._get_sequence_number_for_group()
+        return True
+    except Exception:  # noqa: BLE001 - not every backend keeps the counter
+        return False
+
+
+def _direct_allreduce(buffer, group):
+    """AllreduceOptions to call the group's allreduce directly, or None where
+    dist.all_reduce does more than that call: a complex or subclassed tensor (torch
+    function modes, views as real), a group this rank is not in."""
+    if type(buffer) is not torch.Tensor or buffer.is_complex():
+        return None
+    if group is dist.GroupMember.NON_GROUP_MEMBER or not hasattr(group, "allreduce"):
+        return None
+    options = dist.AllreduceOptions()
+    options.reduceOp = dist.ReduceOp.SUM
+    options.asyncOp = True
+    return options
+
+
+def _inverse_world(buffer, world: int):
+    """1/world for AMP's fused unscale-and-check kernel, where the result is bitwise
+    the division's: a power-of-two world (an exact scaling) and a float32 CPU buffer
+    (the kernel's tested case here); otherwise None."""
+    if world & (world - 1) or buffer.dtype != torch.float32 or buffer.device.type != "cpu":
+        return None
+    if not hasattr(torch, "_amp_foreach_non_finite_check_and_unscale_"):
+        return None
+    return torch.full((1,), 1.0 / world)
+
+
+class Deferred(tuple):
+    """A record kept as ``(build, *values)`` until the writer thread calls ``record()``.
+
+    Building a dict on the training thread, right after the step's own kernels, cost
+    more than all the rest of recording it; a tuple is one C call."""
+
+    __slots__ = ()
 
     def record(self) -> dict:
-        return {**self.fixed, **self}
+        return self[0](*self[1:])
 
 
 def _sum32(tensor):
@@ -311,8 +408,8 @@ def _sum32(tensor):
 
 
 def as_record(entry) -> dict | None:
-    """A record as the event log holds it, from a dict or a call kept in parts."""
-    return entry.record() if isinstance(entry, _BucketCall) else entry
+    """A record as the event log holds it, from a dict or a ``Deferred`` one."""
+    return entry.record() if isinstance(entry, Deferred) else entry
 
 
 _SIDE_FIELDS = ("numel", "bytes", "dtype", "shape", "count")
@@ -431,13 +528,14 @@ def ddp_recording_hook(state, bucket):
     group (or None) as torch's own hooks take.
 
     As each all_reduce completes, its callback notes the time (for the step's exposed
-    communication wait, ``StepBuckets.exposed_wait``) and, on a step that checks
-    gradients, the reduced bucket's norm: the bucket then holds exactly the gradients
-    the optimizer sees, so one norm per bucket replaces a walk over every parameter at
-    the step end (see ``instrument.grad_check``). The bucket is still in cache there.
-    Where the parameters keep their own gradients (CPU, no bucket views), whether this
-    rank sent a NaN/Inf is judged there too, and only when the reduced bucket is not
-    finite: that saves a pass over the bucket before launch on every step.
+    communication wait, ``StepBuckets.exposed_wait``). On a step that checks gradients,
+    the reduced bucket holds exactly the gradients the optimizer sees, so its norm
+    replaces a walk over every parameter at the step end (see ``instrument.grad_check``).
+    Where the parameters keep their own gradients (CPU, no bucket views), nothing but
+    DDP writes the bucket until the next backward, so the step end takes all the
+    buckets' norms in one call: one call there cost a third of two in the callbacks,
+    which run cold on gloo's threads. Otherwise the callback takes the norm, before
+    the user's code can change the gradients in place (clipping, zeroing).
     """
     if isinstance(state, DdpHookState):
         group, apart = state.process_group, state.grads_apart
@@ -445,20 +543,16 @@ def ddp_recording_hook(state, bucket):
         group, apart = state, False
     group = group if group is not None else dist.group.WORLD
     buffer = bucket.buffer()
-    buffer.div_(group.size())
     recorder = _installed
     if recorder is None:  # uninstalled: torch's hook, unrecorded
+        buffer.div_(group.size())
         return dist.all_reduce(buffer, group=group, async_op=True).get_future().then(
             _first_value)
     step = recorder.buckets
     on_device = buffer.is_cuda
-    # On CUDA the reduced norm is known only after a sync: keep the pre-launch sum there.
-    sent = LocalGradCheck(bucket) if step.check and apart and not on_device else None
-    work = recorder.bucket_all_reduce(buffer, group, sent)
-    if not on_device:  # a CUDA future completes at launch: nothing to time
-        step.launched = time.monotonic()
+    work, numel = recorder.bucket_all_reduce(buffer, group, step)
     return work.get_future().then(
-        functools.partial(_on_reduced, step, on_device, buffer.numel(), sent))
+        functools.partial(_on_reduced, step, on_device, numel, apart and not on_device))
 
 
 def _first_value(fut):
@@ -469,13 +563,27 @@ class StepBuckets:
     """What one step's DDP buckets left for its record, filled in by the completion
     callbacks (``_on_reduced``); DDP waits for them all before backward returns."""
 
-    __slots__ = ("check", "norms", "launched", "done")
+    __slots__ = ("check", "step", "in_step", "norms", "reduced", "launched", "done")
 
-    def __init__(self, check: bool) -> None:
+    def __init__(self, check: bool, step: int = -1) -> None:
         self.check = check  # take each reduced bucket's norm
+        self.step = step  # for the bucket records
+        self.in_step = step >= 0  # the step end clears it: later buckets are outside
         self.norms: list = []  # (numel, 2-norm: a float on CPU, else a tensor) per bucket
+        self.reduced: list = []  # (numel, reduced bucket) whose norm the step end takes
         self.launched: float | None = None  # monotonic, after the last bucket's launch
         self.done: list[float] = []  # monotonic, as each bucket's all_reduce completed
+
+    def bucket_norms(self) -> list:
+        """``norms``, with those of the buckets kept for the step end taken now."""
+        if self.reduced:
+            try:
+                taken = torch._foreach_norm([bucket for _, bucket in self.reduced])
+                self.norms += [(numel, norm) for (numel, _), norm in zip(self.reduced, taken)]
+            except Exception:  # noqa: BLE001 - grad_check then walks the parameters
+                pass
+            self.reduced = []
+        return self.norms
 
     def exposed_wait(self) -> float | None:
         """How long backward waited for the reductions after launching its last bucket.
@@ -488,16 +596,18 @@ class StepBuckets:
         return max(0.0, max(self.done) - self.launched)
 
 
-def _on_reduced(step: StepBuckets, on_device: bool, numel: int,
-                sent: "LocalGradCheck | None", fut):
+def _on_reduced(step: StepBuckets, on_device: bool, numel: int, keep: bool, fut):
     """Completion callback: the reduced bucket, after noting when and, on a step that
-    checks gradients, its (numel, norm): the bucket then holds exactly the gradients the
-    optimizer sees. On gloo it runs as the reduction ends, on whichever thread sees it
-    end. A bucket that came back non-finite has ``sent`` judge this rank's own part."""
+    checks gradients, its (numel, norm), or with ``keep`` the bucket itself for the
+    step end's norm. On gloo it runs as the reduction ends, on whichever thread sees
+    it end."""
     if not on_device:
         step.done.append(time.monotonic())
     bucket = fut.value()[0]
     if step.check:
+        if keep:
+            step.reduced.append((numel, bucket))
+            return bucket
         try:
             # Not a BLAS dot, though one is a quarter faster: on gloo's thread MKL does
             # not follow torch.set_num_threads, and a dot of 263k values took 8 ms
@@ -505,30 +615,7 @@ def _on_reduced(step: StepBuckets, on_device: bool, numel: int,
             norm = torch.linalg.vector_norm(bucket)
             if not on_device:  # read here, where the kernel's code is still warm
                 norm = norm.item()
-                if sent is not None and not math.isfinite(norm):
-                    sent.judge()
             step.norms.append((numel, norm))
         except Exception:  # noqa: BLE001 - the step end then walks the parameters instead
             pass
     return bucket
-
-
-class LocalGradCheck:
-    """Whether this rank fed a NaN/Inf into one DDP bucket's all_reduce, judged after
-    the reduction from the parameters' own gradients (``DdpHookState.grads_apart``).
-    Read like the pre-launch sum it replaces: ``float()`` is NaN when it did."""
-
-    __slots__ = ("bucket", "verdict")
-
-    def __init__(self, bucket) -> None:
-        self.bucket = bucket
-        self.verdict = 0.0
-
-    def judge(self) -> None:
-        """Run only for a reduced bucket that is not finite: some rank sent it a NaN/Inf."""
-        grads = [p.grad for p in self.bucket.parameters() if p.grad is not None]
-        if any(not math.isfinite(float(_sum32(g))) for g in grads if g.is_floating_point()):
-            self.verdict = math.nan
-
-    def __float__(self) -> float:
-        return self.verdict

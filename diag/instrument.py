@@ -23,8 +23,8 @@ import torch
 import torch.distributed as dist
 
 from diag import schema
-from diag.collectives import (CollectiveRecorder, StepBuckets, ddp_recording_hook, dtype_name,
-                              hook_state, install)
+from diag.collectives import (CollectiveRecorder, Deferred, StepBuckets, ddp_recording_hook,
+                              dtype_name, hook_state, install)
 from diag.eventlog import FLUSH_INTERVAL_S, EventWriter, install_signal_flush
 from diag.instrument_names import STEP_PHASES
 from diag.rundir import RunDir, ensure_run_json, launcher_run_id, resolve_run_dir
@@ -91,6 +91,7 @@ class _State:
             if self.where is None:
                 self.where = _Rank()
                 self.writer = self._make_writer(self.where)
+                self.recorder.emit_to(self.writer.emit)
         return self.where
 
     def _make_writer(self, where: _Rank) -> EventWriter:
@@ -301,7 +302,8 @@ def log_step(fn: Callable | None = None, *, model: Any = None, grad_every: int |
 
 
 def _begin_step(state: _State, model, args: tuple, kwargs: dict, grad_every: int) -> None:
-    state.open_writer()
+    if state.where is None:
+        state.open_writer()
     if model is not None and id(model) not in state.hooked_models:
         _hook_ddp(state, model)
     state.step += 1
@@ -315,36 +317,60 @@ def _begin_step(state: _State, model, args: tuple, kwargs: dict, grad_every: int
     check = model is not None and state.step % grad_every == 0
     state.recorder.check_finite = check
     state.recorder.finite_checks = []  # a step that raised left its own behind
-    state.recorder.buckets = StepBuckets(check)
+    state.recorder.buckets = StepBuckets(check, state.step)
     state._args = arg_shapes(args, kwargs)
 
 
 def _end_step(state: _State, model, grad_every: int, result) -> None:
     now = time.monotonic()
-    # Durations go out unrounded: round() costs more than the rest of a field here.
-    rec = _StepRecord(kind="step", **state.context(), dur_s=now - state._t0,
-                      iter_s=now - state.last_step_end if state.last_step_end else None,
-                      phases=state.phases, args=None, loss=loss_of(result),
-                      comm_s=state.recorder.step_comm_s, ncoll=state.recorder.step_count)
-    rec.shapes = state._args
-    wait = state.recorder.buckets.exposed_wait()
-    if wait is not None:
-        rec["comm_wait_s"] = wait
+    recorder = state.recorder
+    buckets = recorder.buckets
+    buckets.in_step = False
+    grad = None
     if model is not None and state.step % grad_every == 0:
-        buckets = bucket_total(state.recorder.buckets.norms)
-        rec["grad_norm"], rec["nonfinite"] = grad_check(model, buckets)
-        rec["sent_nonfinite"] = state.recorder.first_nonfinite_sent(
-            buckets_finite=buckets is not None and math.isfinite(buckets[1]))
-    state.recorder.check_finite = False
+        grad = _grad_fields(recorder, model, buckets)
+    recorder.check_finite = False
     state.in_step = False
+    iter_s = now - state.last_step_end if state.last_step_end else None
     state.last_step_end = now
-    state.emit(rec)
+    # The record is built on the writer thread (``_step_record``): here, cold after the
+    # step's own work, building the dict cost more than taking its values.
+    state.writer.emit(Deferred((_step_record, state.where, state.step, time.time(), now,
+                         now - state._t0, iter_s, state.phases, state._args,
+                         loss_of(result), recorder.step_comm_s, recorder.step_count,
+                         buckets, grad)))
+
+
+def _grad_fields(recorder: CollectiveRecorder, model, buckets: StepBuckets) -> tuple:
+    """(grad_norm, nonfinite, sent_nonfinite) of the step that just ended."""
+    total = bucket_total(buckets.bucket_norms())
+    norm, bad = grad_check(model, total)
+    sent = recorder.first_nonfinite_sent(
+        buckets_finite=total is not None and math.isfinite(total[1]))
+    return norm, bad, sent
+
+
+def _step_record(where: _Rank, step: int, t: float, mono: float, dur_s: float,
+                 iter_s: float | None, phases: dict, shapes: list, loss: float | None,
+                 comm_s: float, ncoll: int, buckets: StepBuckets, grad: tuple | None) -> dict:
+    """A step record, from the values ``_end_step`` took. Durations go out unrounded."""
+    record = {"kind": "step", "rank": where.rank, "pid": where.pid, "step": step,
+              "in_step": True, "t": t, "mono": mono, "dur_s": dur_s, "iter_s": iter_s,
+              "phases": phases, "args": shape_fields(shapes), "loss": loss,
+              "comm_s": comm_s, "ncoll": ncoll}
+    wait = buckets.exposed_wait()
+    if wait is not None:
+        record["comm_wait_s"] = wait
+    if grad is not None:
+        record["grad_norm"], record["nonfinite"], record["sent_nonfinite"] = grad
+    return record
 
 
 def _record_exception(state: _State, exc: BaseException, span: str | None = None) -> None:
     try:
         state.in_step = False
         state.recorder.check_finite = False
+        state.recorder.buckets.in_step = False
         where = {"span": span} if span else {}
         state.emit({"kind": "exception", **state.context(), **where, "type": type(exc).__name__,
                     "message": str(exc)[:2000],
@@ -405,17 +431,6 @@ def shape_fields(shapes: list[tuple]) -> list[dict]:
     """The step record's ``args``, from ``arg_shapes``."""
     return [{"name": name, "shape": list(shape), "dtype": dtype_name(dtype)}
             for name, shape, dtype in shapes]
-
-
-class _StepRecord(dict):
-    """A step record whose argument shapes the writer thread fills in (``record()``):
-    turning each torch.Size into a list and each dtype into its name cost the training
-    thread about 10 us a step, cold after the step's own work (24 against 13 us)."""
-
-    __slots__ = ("shapes",)
-
-    def record(self) -> dict:
-        return {**self, "args": shape_fields(self.shapes)}
 
 
 def loss_of(result) -> float | None:

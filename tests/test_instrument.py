@@ -270,7 +270,8 @@ def test_ddp_grad_norm_comes_from_the_reduced_buckets(run_dir, one_rank_group):
     def step(x):
         model.zero_grad(set_to_none=True)
         model(x).pow(2).mean().backward()
-        seen.append(list(instrument._state.recorder.buckets.norms))
+        buckets = instrument._state.recorder.buckets  # norms taken now, or at the step end
+        seen.append(list(buckets.norms) + list(buckets.reduced))
         grads = [p.grad.flatten() for p in model.parameters() if p.grad is not None]
         return float(torch.linalg.vector_norm(torch.cat(grads)))
 
@@ -299,15 +300,17 @@ def test_grad_check_trusts_buckets_only_when_they_cover_every_trainable_paramete
 
 
 def test_a_bucket_call_reads_as_the_full_record_in_the_heartbeat():
-    from diag.collectives import CollectiveRecorder, _BucketCall
+    from diag.collectives import BucketPlan, CollectiveRecorder, Deferred, _bucket_record
 
     rec = CollectiveRecorder(lambda r: None, lambda: {"rank": 0, "step": 3, "t": 10.0})
     fixed = {"kind": "collective", "op": "all_reduce", "group": "0", "in_numel": 5,
-             "in_dtype": "float32", "in_shape": [5]}
-    rec.pending = _BucketCall({"rank": 0, "step": 3, "t": 10.0}, fixed, 7)
+             "in_dtype": "float32", "in_shape": [5], "rank": 0, "pid": 1}
+    plan = BucketPlan(fixed, "0", 2, 5, True, True, None, None)
+    rec.pending = Deferred((_bucket_record, plan, 3, True, 10.0, 100.0, 7))
     assert rec.in_flight() == {"op": "all_reduce", "group": "0", "seq": 7, "t": 10.0,
                                "in_numel": 5, "in_dtype": "float32", "in_shape": [5]}
-    rec.pending.update(dur_s=0.5)
-    rec.last, rec.pending = rec.pending, None
+    rec.last = Deferred((_bucket_record, plan, 3, True, 10.0, 100.0, 7, 0.5, 12))
+    rec.pending = None
     assert rec.in_flight() is None
     assert rec.last_done() == {"op": "all_reduce", "group": "0", "seq": 7, "t": 10.5}
+    assert rec.last.record()["torch_seq"] == 12

@@ -102,21 +102,39 @@ def test_the_wait_for_a_slow_ranks_buckets_is_communication_not_compute(tmp_path
         assert s["comm_wait_s"] > 5 * s["comm_s"]  # the launch alone is short
 
 
-@pytest.mark.parametrize("bucket_view", [False, True], ids=["grads-apart", "bucket-view"])
-def test_the_rank_that_sent_a_nan_into_a_ddp_bucket_is_named(tmp_path, bucket_view):
-    # Without bucket views the check reads the parameters' own gradients after the
-    # reduction; with them, the bucket is summed before launch. Same verdict either way.
+# World 2: the NaN check is fused into the averaging before launch; world 3: the bucket
+# is summed after it. Grads apart: the step end takes the bucket norms; bucket views:
+# the completion callbacks do. Same verdict every way.
+@pytest.mark.parametrize("world,bucket_view", [(2, False), (2, True), (3, False)],
+                         ids=["grads-apart", "bucket-view", "world-3"])
+def test_the_rank_that_sent_a_nan_into_a_ddp_bucket_is_named(tmp_path, world, bucket_view):
     out = tmp_path / "run"
     program = Path(__file__).parent / "programs" / "nan_ddp.py"
     flag = ["--bucket-view"] if bucket_view else []
-    res = run(torchrun_cmd(2, program, "--out", str(out), "--nan-rank", "1", "--nan-step", "2",
-                           *flag), timeout=180)
+    res = run(torchrun_cmd(world, program, "--out", str(out), "--nan-rank", "1",
+                           "--nan-step", "2", *flag), timeout=180)
     assert res.returncode == 0, res.stderr[-3000:]
     logs, _ = read_run_events(out)
-    steps = {r: logs[r].of_kind("step") for r in (0, 1)}
-    for rank in (0, 1):
+    steps = {r: logs[r].of_kind("step") for r in range(world)}
+    for rank in range(world):
         assert [s["sent_nonfinite"] for s in steps[rank][:2]] == [None, None]
-        assert steps[rank][2]["grad_norm"] == "nan"  # the all_reduce spread it to both
+        assert steps[rank][2]["grad_norm"] == "nan"  # the all_reduce spread it to all
         assert all(math.isfinite(s["grad_norm"]) for s in steps[rank][:2])
-    assert steps[1][2]["sent_nonfinite"] == {"op": "all_reduce", "seq": 3}
-    assert steps[0][2]["sent_nonfinite"] is None
+        expected = {"op": "all_reduce", "seq": 3} if rank == 1 else None
+        assert steps[rank][2]["sent_nonfinite"] == expected
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_ddiag_comm_hook_trains_bitwise_like_torchs_allreduce_hook(tmp_path, world):
+    # World 2 multiplies by 1/2 in AMP's fused kernel, world 3 divides: both must give
+    # exactly the parameters torch's own hook gives, and a grad norm on every step.
+    out = tmp_path / "run"
+    program = Path(__file__).parent / "programs" / "nan_ddp.py"
+    res = run(torchrun_cmd(world, program, "--out", str(out), "--nan-step", "-1",
+                           "--shadow", "--steps", "5"), timeout=180)
+    assert res.returncode == 0, res.stderr[-3000:]
+    logs, _ = read_run_events(out)
+    for rank in range(world):
+        steps = logs[rank].of_kind("step")
+        assert len(steps) == 5
+        assert all(s["grad_norm"] > 0 and s["sent_nonfinite"] is None for s in steps)
