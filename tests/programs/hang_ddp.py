@@ -4,7 +4,6 @@ given step, as a deadlocked DataLoader does; optional marked pause on every rank
 from __future__ import annotations
 
 import argparse
-import os
 import threading
 import time
 
