@@ -104,8 +104,8 @@ class CollectiveRecorder:
         self.step_comm_s = 0.0
         self.step_count = 0
         self.check_finite = False
-        # (op, seq, a sum, or a found-non-finite flag, is a DDP bucket, is a flag)
-        self.finite_checks: list[tuple[str, int, Any, bool, bool]] = []
+        # (op, seq, a sum, or a DDP bucket's verdict list, is a DDP bucket)
+        self.finite_checks: list[tuple[str, int, Any, bool]] = []
         self.buckets = StepBuckets(False)  # this step's DDP buckets
         self._bucket_plans: dict[tuple, BucketPlan] = {}  # by (id(group), numel, dtype)
 
@@ -215,11 +215,11 @@ class CollectiveRecorder:
             if t.is_floating_point():
                 # A sum is non-finite iff an element is (barring fp32 overflow, which only
                 # huge gradients reach): one pass and no mask allocation, unlike isfinite.
-                self.finite_checks.append((op, seq, _sum32(t), False, False))
+                self.finite_checks.append((op, seq, _sum32(t), False))
 
-    def bucket_all_reduce(self, buffer, group, step: "StepBuckets"):
-        """Average, check and issue one DDP bucket's async all_reduce, and record it;
-        returns (work, numel). ``buffer`` still holds this rank's summed gradients.
+    def bucket_all_reduce(self, buffer, group, step: "StepBuckets", verdict: list | None):
+        """Average and issue one DDP bucket's async all_reduce, and record it; returns
+        (work, numel). ``buffer`` still holds this rank's summed gradients.
 
         The same record as the namespace wrapper's, but this runs for every bucket of
         every step on the training thread, right after backward's kernels have evicted
@@ -228,26 +228,17 @@ class CollectiveRecorder:
         tuple until the writer thread builds it, and the reduction goes straight to the
         process group, as DDP's own C++ hook does.
 
-        On a step that checks gradients, whether this rank sends a NaN/Inf is noted
-        before launch. Where the world size is a power of two, multiplying by its
-        inverse is bitwise the same as dividing, so AMP's fused unscale-and-check
-        kernel does both in the pass the division makes anyway; elsewhere the buffer
-        is summed after the division."""
+        ``verdict``: where whether this rank fed the bucket a NaN/Inf is judged after the
+        reduction (``judge_sent``), the one-element list it writes NaN into when it did;
+        None: the buffer is summed before launch."""
         plan = self._bucket_plans.get((id(group), buffer.numel(), buffer.dtype))
         if plan is None:
             plan = self._plan_bucket(buffer, group)
+        buffer.div_(plan.world)
         seq = self.seq[plan.group] = self.seq.get(plan.group, 0) + 1
         if self.check_finite and plan.floating:
-            if plan.inverse_world is not None:
-                found = torch.zeros(1)
-                torch._amp_foreach_non_finite_check_and_unscale_(
-                    [buffer], found, plan.inverse_world)
-                self.finite_checks.append(("all_reduce", seq, found, True, True))
-            else:
-                buffer.div_(plan.world)
-                self.finite_checks.append(("all_reduce", seq, _sum32(buffer), True, False))
-        else:
-            buffer.div_(plan.world)
+            self.finite_checks.append(
+                ("all_reduce", seq, _sum32(buffer) if verdict is None else verdict, True))
         t, start = time.time(), time.monotonic()
         self.pending = Deferred((_bucket_record, plan, step.step, step.in_step, t, start, seq))
         try:
@@ -283,7 +274,7 @@ class CollectiveRecorder:
                  "rank": where.get("rank"), "pid": where.get("pid")}
         plan = BucketPlan(fixed, info.name, info.size, buffer.numel(),
                           buffer.is_floating_point(), _torch_seq_works(group),
-                          _direct_allreduce(buffer, group), _inverse_world(buffer, info.size))
+                          _direct_allreduce(buffer, group))
         self._bucket_plans[(id(group), plan.numel, buffer.dtype)] = plan
         return plan
 
@@ -293,10 +284,10 @@ class CollectiveRecorder:
         ``buckets_finite``: every DDP bucket came back finite from its reduction. A sum
         is finite only if every rank's input was, so those checks need not be read."""
         checks, self.finite_checks = self.finite_checks, []
-        for op, seq, value, bucket, found in checks:
+        for op, seq, value, bucket in checks:
             if bucket and buckets_finite:
                 continue
-            if float(value) != 0.0 if found else not math.isfinite(float(value)):
+            if not math.isfinite(value[0] if type(value) is list else float(value)):
                 return {"op": op, "seq": seq}
         return None
 
@@ -342,7 +333,6 @@ class BucketPlan:
     floating: bool
     torch_seq: bool  # the group keeps torch's own collective counter
     options: Any  # AllreduceOptions for a direct call, or None: through dist.all_reduce
-    inverse_world: Any  # 1/world as a CPU tensor where multiplying by it is exact, or None
 
 
 def _bucket_record(plan: BucketPlan, step: int, in_step: bool, t: float, mono: float,
@@ -377,17 +367,6 @@ def _direct_allreduce(buffer, group):
     options.reduceOp = dist.ReduceOp.SUM
     options.asyncOp = True
     return options
-
-
-def _inverse_world(buffer, world: int):
-    """1/world for AMP's fused unscale-and-check kernel, where the result is bitwise
-    the division's: a power-of-two world (an exact scaling) and a float32 CPU buffer
-    (the kernel's tested case here); otherwise None."""
-    if world & (world - 1) or buffer.dtype != torch.float32 or buffer.device.type != "cpu":
-        return None
-    if not hasattr(torch, "_amp_foreach_non_finite_check_and_unscale_"):
-        return None
-    return torch.full((1,), 1.0 / world)
 
 
 class Deferred(tuple):
@@ -528,14 +507,13 @@ def ddp_recording_hook(state, bucket):
     group (or None) as torch's own hooks take.
 
     As each all_reduce completes, its callback notes the time (for the step's exposed
-    communication wait, ``StepBuckets.exposed_wait``). On a step that checks gradients,
-    the reduced bucket holds exactly the gradients the optimizer sees, so its norm
-    replaces a walk over every parameter at the step end (see ``instrument.grad_check``).
-    Where the parameters keep their own gradients (CPU, no bucket views), nothing but
-    DDP writes the bucket until the next backward, so the step end takes all the
-    buckets' norms in one call: one call there cost a third of two in the callbacks,
-    which run cold on gloo's threads. Otherwise the callback takes the norm, before
-    the user's code can change the gradients in place (clipping, zeroing).
+    communication wait, ``StepBuckets.exposed_wait``) and, on a step that checks
+    gradients, the reduced bucket's norm: the bucket then holds exactly the gradients
+    the optimizer sees, so one norm per bucket replaces a walk over every parameter at
+    the step end (see ``instrument.grad_check``). The bucket is still in cache there.
+    Where the parameters keep their own gradients (CPU, no bucket views), whether this
+    rank sent a NaN/Inf is judged there too, and only when the reduced bucket is not
+    finite: that saves a pass over the bucket before launch on every step.
     """
     if isinstance(state, DdpHookState):
         group, apart = state.process_group, state.grads_apart
@@ -550,9 +528,11 @@ def ddp_recording_hook(state, bucket):
             _first_value)
     step = recorder.buckets
     on_device = buffer.is_cuda
-    work, numel = recorder.bucket_all_reduce(buffer, group, step)
-    return work.get_future().then(
-        functools.partial(_on_reduced, step, on_device, numel, apart and not on_device))
+    # On CUDA the reduced norm is known only after a sync: keep the pre-launch sum there.
+    verdict = [0.0] if step.check and apart and not on_device else None
+    work, numel = recorder.bucket_all_reduce(buffer, group, step, verdict)
+    return work.get_future().then(functools.partial(
+        _on_reduced, step, on_device, numel, None if verdict is None else (bucket, verdict)))
 
 
 def _first_value(fut):
@@ -563,27 +543,15 @@ class StepBuckets:
     """What one step's DDP buckets left for its record, filled in by the completion
     callbacks (``_on_reduced``); DDP waits for them all before backward returns."""
 
-    __slots__ = ("check", "step", "in_step", "norms", "reduced", "launched", "done")
+    __slots__ = ("check", "step", "in_step", "norms", "launched", "done")
 
     def __init__(self, check: bool, step: int = -1) -> None:
         self.check = check  # take each reduced bucket's norm
         self.step = step  # for the bucket records
         self.in_step = step >= 0  # the step end clears it: later buckets are outside
         self.norms: list = []  # (numel, 2-norm: a float on CPU, else a tensor) per bucket
-        self.reduced: list = []  # (numel, reduced bucket) whose norm the step end takes
         self.launched: float | None = None  # monotonic, after the last bucket's launch
         self.done: list[float] = []  # monotonic, as each bucket's all_reduce completed
-
-    def bucket_norms(self) -> list:
-        """``norms``, with those of the buckets kept for the step end taken now."""
-        if self.reduced:
-            try:
-                taken = torch._foreach_norm([bucket for _, bucket in self.reduced])
-                self.norms += [(numel, norm) for (numel, _), norm in zip(self.reduced, taken)]
-            except Exception:  # noqa: BLE001 - grad_check then walks the parameters
-                pass
-            self.reduced = []
-        return self.norms
 
     def exposed_wait(self) -> float | None:
         """How long backward waited for the reductions after launching its last bucket.
@@ -596,18 +564,16 @@ class StepBuckets:
         return max(0.0, max(self.done) - self.launched)
 
 
-def _on_reduced(step: StepBuckets, on_device: bool, numel: int, keep: bool, fut):
+def _on_reduced(step: StepBuckets, on_device: bool, numel: int, judge: tuple | None, fut):
     """Completion callback: the reduced bucket, after noting when and, on a step that
-    checks gradients, its (numel, norm), or with ``keep`` the bucket itself for the
-    step end's norm. On gloo it runs as the reduction ends, on whichever thread sees
-    it end."""
+    checks gradients, its (numel, norm): the bucket then holds exactly the gradients the
+    optimizer sees. On gloo it runs as the reduction ends, on whichever thread sees it
+    end. ``judge``: (GradBucket, verdict) where a bucket that came back non-finite has
+    this rank's own part judged (``judge_sent``)."""
     if not on_device:
         step.done.append(time.monotonic())
     bucket = fut.value()[0]
     if step.check:
-        if keep:
-            step.reduced.append((numel, bucket))
-            return bucket
         try:
             # Not a BLAS dot, though one is a quarter faster: on gloo's thread MKL does
             # not follow torch.set_num_threads, and a dot of 263k values took 8 ms
@@ -615,7 +581,19 @@ def _on_reduced(step: StepBuckets, on_device: bool, numel: int, keep: bool, fut)
             norm = torch.linalg.vector_norm(bucket)
             if not on_device:  # read here, where the kernel's code is still warm
                 norm = norm.item()
+                if judge is not None and not math.isfinite(norm):
+                    judge_sent(*judge)
             step.norms.append((numel, norm))
         except Exception:  # noqa: BLE001 - the step end then walks the parameters instead
             pass
     return bucket
+
+
+def judge_sent(bucket, verdict: list) -> None:
+    """Whether this rank fed a NaN/Inf into one DDP bucket's all_reduce, judged after
+    the reduction from the parameters' own gradients (``DdpHookState.grads_apart``):
+    ``verdict[0]`` becomes NaN when it did, and is read like the pre-launch sum it
+    replaces. Run only for a reduced bucket that is not finite."""
+    grads = [p.grad for p in bucket.parameters() if p.grad is not None]
+    if any(not math.isfinite(float(_sum32(g))) for g in grads if g.is_floating_point()):
+        verdict[0] = math.nan

@@ -343,7 +343,7 @@ def _end_step(state: _State, model, grad_every: int, result) -> None:
 
 def _grad_fields(recorder: CollectiveRecorder, model, buckets: StepBuckets) -> tuple:
     """(grad_norm, nonfinite, sent_nonfinite) of the step that just ended."""
-    total = bucket_total(buckets.bucket_norms())
+    total = bucket_total(buckets.norms)
     norm, bad = grad_check(model, total)
     sent = recorder.first_nonfinite_sent(
         buckets_finite=total is not None and math.isfinite(total[1]))

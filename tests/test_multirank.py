@@ -102,9 +102,9 @@ def test_the_wait_for_a_slow_ranks_buckets_is_communication_not_compute(tmp_path
         assert s["comm_wait_s"] > 5 * s["comm_s"]  # the launch alone is short
 
 
-# World 2: the NaN check is fused into the averaging before launch; world 3: the bucket
-# is summed after it. Grads apart: the step end takes the bucket norms; bucket views:
-# the completion callbacks do. Same verdict every way.
+# Without bucket views the check reads the parameters' own gradients after the
+# reduction; with them, the bucket is summed before launch. Same verdict either way,
+# and at a world size that is not a power of two.
 @pytest.mark.parametrize("world,bucket_view", [(2, False), (2, True), (3, False)],
                          ids=["grads-apart", "bucket-view", "world-3"])
 def test_the_rank_that_sent_a_nan_into_a_ddp_bucket_is_named(tmp_path, world, bucket_view):
@@ -126,8 +126,8 @@ def test_the_rank_that_sent_a_nan_into_a_ddp_bucket_is_named(tmp_path, world, bu
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_ddiag_comm_hook_trains_bitwise_like_torchs_allreduce_hook(tmp_path, world):
-    # World 2 multiplies by 1/2 in AMP's fused kernel, world 3 divides: both must give
-    # exactly the parameters torch's own hook gives, and a grad norm on every step.
+    # ddiag's hook calls the process group directly and records every bucket: the
+    # parameters must still come out exactly as torch's own hook leaves them.
     out = tmp_path / "run"
     program = Path(__file__).parent / "programs" / "nan_ddp.py"
     res = run(torchrun_cmd(world, program, "--out", str(out), "--nan-step", "-1",
