@@ -12,13 +12,19 @@ from diag.report.svg import NORMAL, SLOW, esc as _e, page, rect, svg, text
 from diag.report.views import binned_matrix, collective_progress, step_times
 
 
+def _culprit_text(c) -> str:
+    """Plain text: hosts and links come from the inputs (a header's host, a probe's node
+    names), so the caller escapes the whole of it."""
+    return "; ".join(p for p in (
+        f"ranks {', '.join(map(str, c.ranks))}" if c.ranks else "",
+        f"hosts {', '.join(map(str, c.hosts))}" if c.hosts else "",
+        f"link {c.link[0]} <-> {c.link[1]}" if c.link else "",
+        f"env {c.env_var}" if c.env_var else "") if p)
+
+
 def _finding_html(i: int, f) -> str:
-    sev = f.severity.name.lower()
-    culprit = ", ".join(p for p in (
-        f"ranks {list(f.culprit.ranks)}" if f.culprit.ranks else "",
-        f"hosts {list(f.culprit.hosts)}" if f.culprit.hosts else "",
-        f"link {f.culprit.link[0]}&lt;-&gt;{f.culprit.link[1]}" if f.culprit.link else "",
-        f"env {_e(f.culprit.env_var)}" if f.culprit.env_var else "") if p)
+    sev = _e(f.severity.name.lower())
+    culprit = _e(_culprit_text(f.culprit))
     evidence = "".join(f'<div class="ev">{_e(ev)}</div>' for ev in f.evidence[:8])
     role = "" if f.root_cause else " symptom"
     return (f'<div class="f {sev}{role}"><div><span class="cat">{i}. {_e(f.category.value)}'

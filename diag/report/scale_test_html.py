@@ -29,7 +29,7 @@ def _header(result: ScaleTestResult) -> str:
     verdict_class = "good" if result.healthy else "bad"
     return (f"<h1>{esc(_title(result))}</h1>"
             f'<p class="muted">run directory {esc(cfg.out)}; stages '
-            f'{esc(",".join(map(str, cfg.stages)))}; {cfg.steps} steps per stage, the first 5 '
+            f'{esc(",".join(map(str, cfg.stages)))}; {esc(cfg.steps)} steps per stage, the first 5 '
             f"not measured; {result.seconds:.0f} s{job}"
             f'{"; interrupted" if result.interrupted else ""}</p>'
             f'<div class="verdict {verdict_class}"><b>verdict:</b> {esc(result.verdict)}</div>')
@@ -50,7 +50,7 @@ def stage_table(result: ScaleTestResult) -> str:
                  _num(m and m.step_p50_s, ".1f", 1000), _num(m and m.step_p95_s, ".1f", 1000),
                  *(_num(m and getattr(m, f"{name}_share"), ".0%") for name, _ in SHARES),
                  _num(peak_busbw(run), ".3f")]
-        rows.append(f"<tr><td>{run.stage}</td><td>{run.world_size}</td>"
+        rows.append(f"<tr><td>{esc(run.stage)}</td><td>{esc(run.world_size)}</td>"
                     f'<td class="l{" cliff" if cliff else ""}">{status}</td>'
                     + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return (f"<table>{head}{''.join(rows)}</table>"
@@ -161,7 +161,7 @@ def rank_times_svg(m) -> str:
     p50, p95 = m.per_rank_p50_s, m.per_rank_p95_s or {}
     if not p50:
         return '<p class="muted">no measured steps</p>'
-    ranks = sorted(p50, key=int)
+    ranks = sorted(p50, key=_rank_order)
     median = sorted(p50.values())[len(p50) // 2]
     top = max([*p50.values(), *p95.values()]) or 1.0
     bh = max(2, min(14, 400 // len(ranks)))
@@ -179,6 +179,12 @@ def rank_times_svg(m) -> str:
     return (f'<p class="muted">step time per rank: p50 solid, p95 pale, up to '
             f'{top * 1000:.1f} ms; red = p50 over 1.2x the median rank</p>'
             + svg(800, len(ranks) * bh + 4, labels + "".join(parts), "step time per rank"))
+
+
+def _rank_order(rank) -> tuple:
+    """Ranks are JSON keys ("10" after "9"); a key that is not a number sorts last."""
+    text = str(rank)
+    return (0, int(text), "") if text.isdigit() else (1, 0, text)
 
 
 def shares_svg(m) -> str:
@@ -200,7 +206,7 @@ def _stage_section(result: ScaleTestResult, i: int) -> str:
     run, m = result.stages[i], result.metrics[i]
     cliff = " (cliff)" if run.stage == result.cliff_stage else ""
     ranks = f"{run.world_size} rank{'s' if run.world_size > 1 else ''}"
-    head = f"<h2>Stage {run.stage}: {ranks}, {esc(run.status)}{cliff}</h2>"
+    head = f"<h2>Stage {esc(run.stage)}: {esc(ranks)}, {esc(run.status)}{cliff}</h2>"
     reason = f'<div class="ev">{esc(run.reason)}</div>' if run.reason else ""
     findings = "".join(
         f'<div class="f {esc(f.get("severity", ""))}"><span class="cat">'

@@ -1,6 +1,7 @@
 """What ddiag's HTML reports share: escaping, the page shell and its CSS, and the few
 inline-SVG shapes they draw with. No script and no URL anywhere, so every report opens
-offline and attaches to a ticket as one file."""
+offline and attaches to a ticket as one file. Every value is escaped, in text and in
+attributes alike: hosts, file names and log lines come from the inputs."""
 
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ SLOW, NORMAL = "#c0392b", "#5b8def"
 
 
 def esc(text) -> str:
-    return html.escape(str(text))
+    """Text or a quoted attribute value: every value that can come from the inputs (a
+    host, a file name, a log line) goes through here, so none of it becomes markup."""
+    return html.escape(str(text), quote=True)
 
 
 def page(title: str, body: str) -> str:
@@ -41,31 +44,33 @@ def rect(x: float, y: float, width: float, height: float, fill: str, tip: str = 
     """A bar or cell; ``tip`` shows on hover (an SVG <title>: a tooltip without script)."""
     title = f"<title>{esc(tip)}</title>" if tip else ""
     return (f'<rect x="{x:g}" y="{y:g}" width="{width:g}" height="{height:g}" '
-            f'fill="{fill}">{title}</rect>')
+            f'fill="{esc(fill)}">{title}</rect>')
 
 
 def text(x: float, y: float, value, size: int = 11, anchor: str = "start",
          fill: str = "#1d2430", cls: str = "") -> str:
-    klass = f' class="{cls}"' if cls else ""
-    return (f'<text x="{x:g}" y="{y:g}" font-size="{size}" text-anchor="{anchor}" '
-            f'fill="{fill}"{klass}>{esc(value)}</text>')
+    klass = f' class="{esc(cls)}"' if cls else ""
+    return (f'<text x="{x:g}" y="{y:g}" font-size="{size:g}" text-anchor="{esc(anchor)}" '
+            f'fill="{esc(fill)}"{klass}>{esc(value)}</text>')
 
 
 def line(x1: float, y1: float, x2: float, y2: float, stroke: str = "#ccc",
          dash: str = "", cls: str = "") -> str:
-    extra = (f' stroke-dasharray="{dash}"' if dash else "") + (f' class="{cls}"' if cls else "")
-    return (f'<line x1="{x1:g}" y1="{y1:g}" x2="{x2:g}" y2="{y2:g}" stroke="{stroke}"'
+    extra = (f' stroke-dasharray="{esc(dash)}"' if dash else "") + \
+        (f' class="{esc(cls)}"' if cls else "")
+    return (f'<line x1="{x1:g}" y1="{y1:g}" x2="{x2:g}" y2="{y2:g}" stroke="{esc(stroke)}"'
             f'{extra}/>')
 
 
 def polyline(points: list[tuple[float, float]], stroke: str, dash: str = "") -> str:
     if len(points) < 2:
         return ""
-    extra = f' stroke-dasharray="{dash}"' if dash else ""
+    extra = f' stroke-dasharray="{esc(dash)}"' if dash else ""
     coords = " ".join(f"{x:g},{y:g}" for x, y in points)
-    return f'<polyline points="{coords}" fill="none" stroke="{stroke}" stroke-width="2"{extra}/>'
+    return (f'<polyline points="{coords}" fill="none" stroke="{esc(stroke)}" stroke-width="2"'
+            f'{extra}/>')
 
 
 def dot(x: float, y: float, fill: str, tip: str, r: float = 4) -> str:
-    return (f'<circle cx="{x:g}" cy="{y:g}" r="{r:g}" fill="{fill}">'
+    return (f'<circle cx="{x:g}" cy="{y:g}" r="{r:g}" fill="{esc(fill)}">'
             f'<title>{esc(tip)}</title></circle>')

@@ -1,26 +1,29 @@
 """The scale-test HTML report: built from the real local run's event logs, it shows the
 table, the scaling curve with its cliff and every stage's plots, with no script and no
-URL; the CLI writes it and never overwrites; headless Chromium renders it."""
+URL; hostile values in it stay text; the CLI writes it new (never over a file, through a
+symlink or into a missing folder); headless Chromium renders it."""
 
 from __future__ import annotations
 
-import os
-import shutil
+import dataclasses
 import subprocess
 import sys
 
-import pytest
 from rich.console import Console
 
 from diag.events import read_run_events
 from diag.render import render_scale_test
-from diag.report.scale_test_html import NORMALISED, render_scale_test_html, scaling_curve_svg
+from diag.report.scale_test_html import (
+    NORMALISED, _title, render_scale_test_html, scaling_curve_svg,
+)
 from diag.report.svg import SLOW
 from diag.scaletest.config import ScaleTestConfig
 from diag.scaletest.measure import efficiencies, stage_metrics
 from diag.scaletest.run import ScaleTestResult
 from diag.scaletest.stage import StageRun
-from tests.analyze.test_reports import CHROMIUM_FLAGS
+from tests.analyze.test_reports import (
+    CHROMIUM_FLAGS, HOSTILE, HOSTILE_NAME, NEEDS_CHROMIUM, Dom, assert_inert, chromium_dom,
+)
 from tests.scaletest.factories import SHARED, SLOW_LINK, result
 from tests.util import run
 
@@ -79,8 +82,7 @@ def test_cli_refuses_an_existing_html_path_before_running(tmp_path):
     assert html.read_text() == "mine" and not (tmp_path / "st").exists()
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None and os.environ.get("CI") != "true",
-                    reason="needs Debian's chromium (make test installs it as root)")
+@NEEDS_CHROMIUM
 def test_report_renders_offline_in_headless_chromium(local_run, tmp_path):
     html = tmp_path / "report.html"
     html.write_text(render_scale_test_html(cliff_result(local_run.out)))
@@ -134,3 +136,57 @@ def test_terminal_table_has_both_efficiencies():
     assert "│   0.022 │ 0.32 │     0.91 │" in out
     assert "a fall the host predicts, with no finding, is no cliff" in " ".join(out.split())
     assert "<- cliff" not in out
+
+
+def hostile_result(tmp_path) -> ScaleTestResult:
+    """Every string field of a result that reaches the report is hostile: the run
+    directory's name, the Slurm job id, the verdict, stage statuses and reasons, the
+    stages' findings (from the inputs' hosts and logs) and a rank's name."""
+    r = result([1.0, 0.59, 0.12], SHARED[0], small_us=SHARED[1])
+    r.config = dataclasses.replace(r.config, out=tmp_path / f"st{HOSTILE_NAME}",
+                                   slurm_job_id=f"job{HOSTILE}")
+    r.verdict = f"verdict{HOSTILE}"
+    r.stages[1].status, r.stages[1].reason = f"status{HOSTILE}", f"reason{HOSTILE}"
+    r.metrics[2].per_rank_p50_s[f"rank{HOSTILE}"] = 0.1
+    r.metrics[2].per_rank_p95_s[f"rank{HOSTILE}"] = 0.2
+    r.findings[4] = [{"severity": f"severity{HOSTILE}", "category": f"category{HOSTILE}",
+                      "title": f"title{HOSTILE}", "fix": f"fix{HOSTILE}"}]
+    return r
+
+
+HOSTILE_SHOWN = [f"{field}{HOSTILE}" for field in (
+    "job", "verdict", "status", "reason", "rank", "category", "title", "fix")] + [
+    f"st{HOSTILE_NAME}"]
+
+
+def test_hostile_values_are_text_in_the_page_source(tmp_path):
+    r = hostile_result(tmp_path)
+    assert_inert(Dom(render_scale_test_html(r)), _title(r), HOSTILE_SHOWN)
+
+
+@NEEDS_CHROMIUM
+def test_hostile_values_run_no_script_in_chromium(tmp_path):
+    r = hostile_result(tmp_path)
+    page = tmp_path / "report.html"
+    page.write_text(render_scale_test_html(r))
+    assert_inert(chromium_dom(page, tmp_path), _title(r), HOSTILE_SHOWN)
+
+
+def scale_test_cli(tmp_path, html) -> subprocess.CompletedProcess:
+    return run([sys.executable, "-m", "diag.cli", "scale-test", "--stages", "1", "--out",
+                str(tmp_path / "st"), "--html", str(html)], timeout=60)
+
+
+def test_cli_refuses_a_dangling_symlink_before_running(tmp_path):
+    link, target = tmp_path / "r.html", tmp_path / "elsewhere.html"
+    link.symlink_to(target)
+    res = scale_test_cli(tmp_path, link)
+    assert res.returncode == 2 and "symlink" in res.stderr.replace(str(tmp_path), "")
+    assert not target.exists() and not (tmp_path / "st").exists()
+
+
+def test_cli_refuses_an_html_path_in_a_missing_folder_before_running(tmp_path):
+    res = scale_test_cli(tmp_path, tmp_path / "missing-dir" / "r.html")
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert str(tmp_path / "missing-dir") in res.stderr
+    assert not (tmp_path / "st").exists()
