@@ -9,6 +9,7 @@ environment-variable documentation, and gloo.
 from __future__ import annotations
 
 import enum
+import logging
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -43,6 +44,12 @@ class Var:
     scope: Scope = Scope.JOB
     replaced_by: str | None = None
     """Set when the name is deprecated or removed: what to use instead."""
+    if_invalid: str | None = None
+    """What its reader does with an invalid value when it merely ignores it (a warn);
+    None when an invalid value breaks or changes the job (a fail)."""
+    import_checked: bool = False
+    """``import torch`` itself validates it and raises: every process that imports torch
+    (torchrun, each rank) dies before it starts."""
 
 
 def _int_in(lo: int, hi: int | None = None) -> Values:
@@ -105,8 +112,33 @@ NCCL_ALGO = Values("Ring,Tree,CollnetDirect,CollnetChain,NVLS,NVLSTree,PAT (^ ne
                    "or coll:algos;...)", _nccl_algo)
 
 
-def _v(name, meaning, values=ANY, scope=Scope.JOB, replaced_by=None) -> Var:
-    return Var(name, meaning, values, scope, replaced_by)
+def _torch_logs(v: str) -> bool:
+    # torch._logging's own pattern; "help" prints the names and raises, "" crashes it.
+    return bool(re.fullmatch(r"((\+|-)?[\w.]+,\s*)*(\+|-)?[\w.]+", v)) and v not in (
+        "help", "+help")
+
+
+def _log_format(v: str) -> bool:
+    if v in ("short", "basic"):
+        return True
+    try:
+        logging.Formatter(v)
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
+TORCH_LOGS = Values("comma list of torch log, artifact or module names, each optionally "
+                    "prefixed + (more) or - (less) (TORCH_LOGS=help lists them)", _torch_logs)
+LOG_FILE = Values("a file path whose directory exists and is writable on every node",
+                  lambda v: bool(v.strip()))
+LOG_FORMAT = Values("short | basic | a logging format with %(field)s placeholders",
+                    _log_format)
+
+
+def _v(name, meaning, values=ANY, scope=Scope.JOB, replaced_by=None, *,
+       if_invalid=None, import_checked=False) -> Var:
+    return Var(name, meaning, values, scope, replaced_by, if_invalid, import_checked)
 
 
 _LAUNCH = [
@@ -143,10 +175,19 @@ _LAUNCH = [
 
 _TORCH = [
     _v("TORCH_DISTRIBUTED_DEBUG", "collective checks; DETAIL adds a barrier + all_gather "
-       "per collective, so it must be set on every rank or none", _one_of("OFF", "INFO", "DETAIL")),
+       "per collective, so it must be set on every rank or none", _one_of("OFF", "INFO", "DETAIL"),
+       import_checked=True),
+    _v("TORCH_LOGS", "torch's component logging (dynamo, inductor, c10d, ...)", TORCH_LOGS,
+       Scope.FREE, import_checked=True),
+    _v("TORCH_LOGS_FORMAT", "format of TORCH_LOGS records", LOG_FORMAT, Scope.FREE,
+       import_checked=True),
+    _v("TORCH_LOGS_OUT", "file torch's log records also go to", LOG_FILE, Scope.FREE,
+       import_checked=True),
     _v("TORCH_CPP_LOG_LEVEL", "c10 C++ log level",
-       _one_of("INFO", "WARNING", "ERROR", "FATAL"), Scope.FREE),
-    _v("TORCH_SHOW_CPP_STACKTRACES", "C++ frames in Python errors", BOOL, Scope.FREE),
+       _one_of("INFO", "WARNING", "ERROR", "FATAL", "0", "1", "2", "3"), Scope.FREE,
+       if_invalid="torch ignores it (keeps its default level) and says so at import"),
+    _v("TORCH_SHOW_CPP_STACKTRACES", "C++ frames in Python errors", BOOL, Scope.FREE,
+       if_invalid="torch ignores it (no C++ frames) and warns at import"),
     _v("TORCH_DIST_INIT_BARRIER", "barrier at the end of init_process_group", BOOL),
     _v("TORCH_DISTRIBUTED_USE_TORCHCOMMS", "torchcomms backend switch", BOOL),
     _v("TORCH_DISTRIBUTED_COMPILE_ON_ONE_RANK", "compile on rank 0 only", BOOL),
@@ -207,7 +248,7 @@ _TORCH_NCCL = [
 
 _NCCL = [
     _v("NCCL_DEBUG", "NCCL log level", _one_of("VERSION", "WARN", "INFO", "TRACE", "ABORT"),
-       Scope.FREE),
+       Scope.FREE, if_invalid="NCCL ignores a level it does not know and logs nothing"),
     _v("NCCL_DEBUG_SUBSYS", "subsystems to log, e.g. INIT,ENV,NET", ANY, Scope.FREE),
     _v("NCCL_DEBUG_FILE", "log file pattern (%h host, %p pid)", ANY, Scope.FREE),
     _v("NCCL_SOCKET_IFNAME", "interfaces for bootstrap and socket transport", NCCL_IFNAMES,

@@ -230,7 +230,9 @@ def check_group(snaps: Sequence[Snapshot]) -> list[CheckResult]:
 
 def run_cross(snaps: Sequence[Snapshot], world_size: int | None) -> list[CheckResult]:
     if not snaps:
-        return [fail("cross.ranks", "no rank wrote a snapshot", "look at the launcher output")]
+        return [fail("cross.ranks", "no rank wrote a snapshot", "the ranks died before "
+                     "their first write: the launcher's stderr says why (launch.start, when "
+                     "check-env started them)")]
     return (check_ranks(snaps, world_size) + check_versions(snaps) +
             check_env_consistency(snaps) + check_local_ranks(snaps) + check_devices(snaps) +
             check_clock(snaps) + check_mtu(snaps) + check_group(snaps))

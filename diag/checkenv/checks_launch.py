@@ -4,7 +4,7 @@ rank sees agree with the local world size, CPU threads fit the cores."""
 from __future__ import annotations
 
 from diag.checkenv.facts import RankFacts
-from diag.checkenv.types import CheckResult, fail, ok, skip, warn
+from diag.checkenv.types import CheckResult, Status, fail, ok, skip, warn
 
 GEOMETRY = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 
@@ -53,6 +53,36 @@ def _first_var(problems: list[str]) -> str | None:
 
 
 def check_visible_devices(facts: RankFacts) -> list[CheckResult]:
+    [result] = _devices_per_rank(facts)
+    host = facts.host_gpus
+    if host is not None and host < len(facts.gpu_uuids):
+        host = None  # the driver's list missed GPUs CUDA found: not a count to judge by
+    missing = missing_devices(facts.env.get("CUDA_VISIBLE_DEVICES"), host)
+    if missing and result.status is not Status.FAIL:
+        return [warn("launch.devices", missing, "list GPUs this node has in "
+                     "CUDA_VISIBLE_DEVICES (ordinals 0..N-1 or GPU- UUIDs), or leave it to "
+                     "the launcher (Slurm's --gpus-per-task sets it)",
+                     env_var="CUDA_VISIBLE_DEVICES")]
+    return [result]
+
+
+def missing_devices(cvd: str | None, host_gpus: int | None) -> str | None:
+    """CUDA_VISIBLE_DEVICES names an ordinal the node does not have. CUDA stops reading
+    the list at the first such entry, so the ranks silently lose the GPUs from there on
+    (with none left, torch runs on the CPU). Empty or -1 hides every GPU on purpose."""
+    items = [i.strip() for i in (cvd or "").split(",")]
+    if host_gpus is None or not items[0] or items[0] == "-1":
+        return None
+    absent = [i for i in items if i.isdigit() and int(i) >= host_gpus]
+    if not absent:
+        return None
+    kept = items[:items.index(absent[0])]
+    return (f"CUDA_VISIBLE_DEVICES={cvd} names GPU {', '.join(absent)} but this node has "
+            f"{host_gpus} GPU(s); CUDA ignores the list from {absent[0]} on, so the rank sees "
+            + (f"{len(kept)} GPU(s) ({','.join(kept)})" if kept else "no GPU"))
+
+
+def _devices_per_rank(facts: RankFacts) -> list[CheckResult]:
     g, cvd = geometry(facts.env), facts.env.get("CUDA_VISIBLE_DEVICES")
     visible, lrank, lworld = len(facts.gpu_uuids), g["LOCAL_RANK"], g["LOCAL_WORLD_SIZE"]
     var = "CUDA_VISIBLE_DEVICES"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from diag.checkenv.catalog import CATALOG, TYPO_FAMILIES, lookup
+from diag.checkenv.catalog import CATALOG, TYPO_FAMILIES, Var, lookup
 from diag.checkenv.facts import RankFacts
 from diag.checkenv.types import CheckResult, fail, ok, warn
 
@@ -72,11 +72,25 @@ def check_values(facts: RankFacts) -> list[CheckResult]:
     out = []
     for name, value in sorted(facts.env.items()):
         spec = lookup(name)
-        if spec and not spec.values.accepts(value):
-            out.append(fail("vars.value", f"{name}={value!r} is not valid: expected "
-                            f"{spec.values.text}", f"set {name} to {spec.values.text} "
-                            f"({spec.meaning}), or unset it", env_var=name))
+        torch_says = facts.import_errors.get(name)
+        if spec and (torch_says or not spec.values.accepts(value)):
+            out.append(_invalid(spec, value, torch_says))
     return out
+
+
+def _invalid(spec: Var, value: str, torch_says: str | None) -> CheckResult:
+    """A fail, unless its reader merely ignores the value (then a warn saying so)."""
+    name, expected = spec.name, spec.values.text
+    what = f"{name}={value!r} is not valid"
+    fix = f"set {name} to {expected} ({spec.meaning}), or unset it"
+    evidence = (f"at import: {torch_says}",) if torch_says else ()
+    if spec.if_invalid and not torch_says:
+        return warn("vars.value", f"{what}: {spec.if_invalid}; expected {expected}", fix,
+                    env_var=name)
+    crash = ("; `import torch` raises on it, so torchrun and every rank die at start"
+             if spec.import_checked else "")
+    return fail("vars.value", f"{what}: expected {expected}{crash}", fix, evidence=evidence,
+                env_var=name)
 
 
 def check_variables(facts: RankFacts) -> list[CheckResult]:

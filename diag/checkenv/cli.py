@@ -15,7 +15,8 @@ from probes.cli import launch_options, resolve_launch
               help="Check every rank of the job (inside torchrun/srun, or with --launcher).")
 @launch_options
 @click.option("--out", type=click.Path(path_type=Path), default=None,
-              help="Run directory for the snapshots (default: $DDIAG_RUN_DIR or a fresh one).")
+              help="Run directory for the snapshots (default: $DDIAG_RUN_DIR, else a new "
+                   "runs/check-env-<time>-<id> under the working directory).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
 @click.option("-v", "--verbose", is_flag=True, help="Also show checks that did not apply.")
 def check_env(all_ranks: bool, out: Path | None, as_json: bool, verbose: bool,
@@ -28,7 +29,7 @@ def check_env(all_ranks: bool, out: Path | None, as_json: bool, verbose: bool,
     if spec:
         report, stderr = run.check_launched(spec, out, launch["group_timeout"])
         if report.missing_ranks and stderr:
-            click.echo(stderr, err=True)
+            click.echo(f"ddiag: the launcher's stderr (last lines):\n{stderr}", err=True)
     elif job:
         report = run.check_in_job(out, job, launch["group_timeout"])
         if report is None:  # not rank 0: rank 0 reports for everyone

@@ -18,6 +18,7 @@ import subprocess
 import time
 from typing import Callable, Mapping, TypeVar
 
+from diag.checkenv import importenv
 from diag.checkenv.catalog import in_family
 from diag.checkenv.facts import (
     UNLIMITED, Iface, Limits, PortProbe, RankFacts, Resolution, Route, Versions,
@@ -208,11 +209,27 @@ def master_facts(env: Mapping[str, str], ifaces: tuple[Iface, ...]
     return res, route(ips[0]), probe
 
 
+def host_gpus(root: str = "/proc/driver/nvidia/gpus") -> int | None:
+    """The NVIDIA driver's GPUs (one folder each), blind to CUDA_VISIBLE_DEVICES; a
+    container's runtime shows it only the GPUs it was given. None when the driver's
+    device nodes are there but not its /proc entry (some runtimes): unknown, not 0."""
+    try:
+        return len(os.listdir(root))
+    except OSError:
+        return None if os.path.exists("/dev/nvidiactl") else 0
+
+
 def collect(env: Mapping[str, str] | None = None) -> RankFacts:
-    env = dict(os.environ if env is None else env)
+    """``env`` defaults to this process's; its import-checked variables are set aside
+    before torch is imported here, and vetted after."""
+    own = env is None
+    if own:
+        importenv.set_aside(os.environ)
+    env = importenv.real_env(os.environ if env is None else env)
     host, ifaces = socket.gethostname(), interfaces()
     master, master_route, master_port = master_facts(env, ifaces)
     versions, uuids = torch_facts()
+    import_errors = importenv.vet_after_import() if own else {}
     return RankFacts(
         node=env.get("SLURMD_NODENAME") or host, hostname=host,
         env={k: v for k, v in env.items() if in_family(k)}, env_names=tuple(sorted(env)),
@@ -220,4 +237,5 @@ def collect(env: Mapping[str, str] | None = None) -> RankFacts:
         master_route=master_route, master_port=master_port, limits=limits(),
         shm_bytes=shm_bytes(), cpus=len(os.sched_getaffinity(0)), ib_devices=ib_devices(),
         dev_infiniband=os.path.isdir("/dev/infiniband"), libibverbs_error=libibverbs_error(),
-        versions=versions, gpu_uuids=uuids, time=time.time())
+        versions=versions, gpu_uuids=uuids, host_gpus=host_gpus(),
+        import_errors=import_errors, time=time.time())

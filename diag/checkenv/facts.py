@@ -114,6 +114,12 @@ class RankFacts:
     versions: Versions = field(default_factory=lambda: Versions(python="?"))
     gpu_uuids: tuple[str, ...] = ()
     """The GPUs this rank sees, in CUDA ordinal order."""
+    host_gpus: int | None = None
+    """The GPUs the node has whatever CUDA_VISIBLE_DEVICES says (the driver's list);
+    0 without an NVIDIA driver, None when unknown."""
+    import_errors: dict[str, str] = field(default_factory=dict)
+    """Variables torch rejected when its import-time parsers re-ran on them, with its
+    message (they are set aside while check-env imports torch)."""
     time: float = 0.0
 
     def iface(self, name: str) -> Iface | None:
@@ -143,6 +149,7 @@ def facts_from_json(doc: dict) -> RankFacts:
             values[key] = cls(**_tuples(cls, values[key]))
     values["interfaces"] = tuple(Iface(**_tuples(Iface, i)) for i in doc.get("interfaces", ()))
     values["env"] = dict(doc.get("env", {}))
+    values["import_errors"] = dict(doc.get("import_errors", {}))
     return RankFacts(**values)
 
 

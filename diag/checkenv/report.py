@@ -89,7 +89,8 @@ class Report:
 def build_report(snaps: Sequence[Snapshot], world_size: int | None, *, cross: bool = True,
                  problems: Sequence[str] = (), run_dir: str | None = None,
                  mode: str = "local", launch: Sequence[CheckResult] = ()) -> Report:
-    """``launch``: results from before any rank ran (the rendezvous pre-flight)."""
+    """``launch``: results about the launch itself, from outside the ranks (the
+    rendezvous pre-flight, ranks that never wrote a snapshot)."""
     local = list(launch) + [r for s in snaps for r in attach(s.results, s.rank, s.node)]
     across = run_cross(snaps, world_size) if cross else []
     nodes: dict[str, list[int]] = defaultdict(list)

@@ -10,28 +10,26 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import time
+import re
 import uuid
 from pathlib import Path
 
-from diag.checkenv import rendezvous
+from diag.checkenv import importenv, rendezvous
 from diag.checkenv.gather import check_here, run_rank, wait_for_snapshots
 from diag.checkenv.report import Report, build_report
 from diag.checkenv.snapshot import read_snapshots, snapshot_from_json
-from diag.rundir import launcher_run_id
+from diag.checkenv.types import CheckResult, fail
+from diag.rundir import fresh_run_dir, launcher_run_id
 from probes.launch import GROUP_TIMEOUT_S, JobEnv, LaunchSpec, random_port, run_job
 
 
 def default_out(job: JobEnv | None = None) -> Path:
     """$DDIAG_RUN_DIR (so a training run's analyze sees the snapshots), else a fresh
-    directory whose name every rank of one launch derives alike."""
+    ``runs/check-env-*`` whose name every rank of one launch derives alike."""
     if os.environ.get("DDIAG_RUN_DIR"):
         return Path(os.environ["DDIAG_RUN_DIR"])
-    if job is not None:
-        tag = launcher_run_id() or f"{job.master_addr}-{job.master_port}"
-    else:
-        tag = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    return Path(f"ddiag-check-env-{tag}")
+    tag = None if job is None else launcher_run_id() or f"{job.master_addr}-{job.master_port}"
+    return fresh_run_dir("check-env", tag)
 
 
 def save(report: Report, out: Path) -> Report:
@@ -76,15 +74,38 @@ def check_launched(spec: LaunchSpec, out: Path, timeout_s: float = GROUP_TIMEOUT
             rendezvous.check_rendezvous(pre)), problems=[
             "ranks not launched: torchrun's agents could not meet at the rendezvous"])
         return save(report, out), pre.get("error") or ""
-    job = run_job(spec, "diag.checkenv.gather", ["--out", str(out), "--group-timeout",
-                                                 str(timeout_s), "--launch-id", launch])
+    # torchrun imports torch: a value torch rejects at import must reach it set aside.
+    spec = dataclasses.replace(spec, env_on=importenv.aside_env_on(spec.env_on))
+    with importenv.aside_while(os.environ):
+        job = run_job(spec, "diag.checkenv.gather", ["--out", str(out), "--group-timeout",
+                                                     str(timeout_s), "--launch-id", launch])
     snaps, problems = read_snapshots(out / "env", launch)
     if job.timed_out:
         problems.append(f"the launch timed out after {spec.timeout_s:.0f} s and was stopped")
+    started = start_failure(world, len(snaps), job.returncode, job.stderr)
     report = build_report(snaps, world, problems=problems, run_dir=str(out),
-                          mode=spec.launcher,
-                          launch=rendezvous.check_rendezvous(pre) if pre else ())
+                          mode=spec.launcher, launch=started + list(
+                              rendezvous.check_rendezvous(pre) if pre else ()))
     return save(report, out), job.stderr[-4000:]
+
+
+def start_failure(world_size: int, arrived: int, returncode: int, stderr: str
+                  ) -> list[CheckResult]:
+    """Why ranks wrote no snapshot, from the launcher's stderr: the last exception a
+    rank (or torchrun) raised, and the tail as evidence."""
+    if arrived >= world_size:
+        return []
+    lines = [ln.rstrip() for ln in stderr.splitlines() if ln.strip()]
+    raised = [ln for ln in lines if _EXCEPTION.match(ln) and "ChildFailedError" not in ln]
+    why = raised[-1].strip() if raised else (lines[-1].strip() if lines else "no output")
+    return [fail("launch.start", f"{world_size - arrived} of {world_size} rank(s) wrote no "
+                 f"snapshot; the launcher exited {returncode}: {why[:300]}",
+                 "fix what the launcher's stderr says (evidence), then run check-env again",
+                 evidence=tuple(lines[-20:]))]
+
+
+# "ValueError: ...", "torch.distributed.DistNetworkError: ...", "ModuleNotFoundError: ..."
+_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b:?")
 
 
 def _rendezvous_preflight(spec: LaunchSpec, out: Path) -> tuple[LaunchSpec, dict | None]:

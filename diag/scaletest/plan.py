@@ -7,6 +7,7 @@ import shlex
 from pathlib import Path
 from typing import Mapping
 
+from diag import schema
 from diag.scaletest.config import ScaleTestConfig
 
 JOB_NAME = "ddiag-scale-test"
@@ -75,10 +76,36 @@ def local_plan(cfg: ScaleTestConfig) -> str:
     return "\n".join(lines) + "\n"
 
 
+def stage_commands(cfg: ScaleTestConfig) -> list[dict]:
+    """Each stage's commands as argv lists, by name: the pre-flight tools, then the
+    trainer (srun commands on Slurm, torchrun here)."""
+    from diag.scaletest.run import preflight
+    from diag.scaletest.stage import trainer_cmd
+
+    stages = []
+    for stage in cfg.stages:
+        run_dir = cfg.out / f"stage-{stage}"
+        commands = [{"name": name, "argv": cmd} for name, cmd in preflight(cfg, stage, run_dir)]
+        commands.append({"name": "trainer", "argv": trainer_cmd(cfg, stage, run_dir)[0]})
+        stages.append({"stage": stage, "world_size": cfg.world_size(stage),
+                       "run_dir": str(run_dir), "commands": commands})
+    return stages
+
+
 def dry_run(cfg: ScaleTestConfig, command: list[str], cwd: Path) -> str:
     if cfg.launcher == "slurm":
         return sbatch_script(cfg, command, cwd)
     return local_plan(cfg)
+
+
+def dry_run_json(cfg: ScaleTestConfig, command: list[str], cwd: Path) -> dict:
+    """What ``--dry-run --json`` prints: the same plan as a document. On Slurm the
+    sbatch script is what would be submitted, and the stages what it would run."""
+    doc = {**schema.stamp(schema.SCALE_TEST_PLAN), "launcher": cfg.launcher,
+           "run_dir": str(cfg.out), "stages": stage_commands(cfg)}
+    if cfg.launcher == "slurm":
+        doc.update(sbatch_script=sbatch_script(cfg, command, cwd), command=command)
+    return doc
 
 
 def run_dir_in_use(out: Path, job_id: str | None) -> bool:
