@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
-import uuid
 from pathlib import Path
 
 from probes.dist import result_path
@@ -13,9 +11,24 @@ from probes.launch import GROUP_TIMEOUT_S, JobEnv, JobResult, LaunchSpec, run_jo
 
 
 def default_out() -> Path:
+    """$DDIAG_RUN_DIR inside a job, else runs/probe-<time>-<id> beside check-env's and
+    scale-test's runs."""
+    from diag.rundir import fresh_run_dir
+
     if os.environ.get("DDIAG_RUN_DIR"):
         return Path(os.environ["DDIAG_RUN_DIR"])
-    return Path(f"ddiag-probe-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}")
+    return fresh_run_dir("probe")
+
+
+def import_breakers(env) -> list[str]:
+    """Each variable set to a value that makes ``import torch`` raise (so every rank dies
+    at start), as 'NAME=value: expected ...'. Judged from the catalog, before torch loads."""
+    from diag.checkenv.catalog import lookup
+    from diag.checkenv.importenv import IMPORT_CHECKED
+
+    bad = [(name, env[name], lookup(name)) for name in IMPORT_CHECKED if name in env]
+    return [f"{name}={value!r}: expected {spec.values.text}" for name, value, spec in bad
+            if not spec.values.accepts(value)]
 
 
 def probe_in_job(name: str, params: dict, job: JobEnv, out: Path,
