@@ -5,12 +5,30 @@ Exit codes: 0 nothing flagged, 1 slow links or ranks flagged, 2 the probe could 
 
 from __future__ import annotations
 
+import math
+import os
 import sys
 from pathlib import Path
 
 import click
 
 from probes.launch import GROUP_TIMEOUT_S, LAUNCHERS
+
+
+class Seconds(click.FloatRange):
+    """A timeout: more than 0 and finite (nan and inf pass a range check but break the
+    launcher's and gloo's timers)."""
+
+    name = "seconds"
+
+    def __init__(self) -> None:
+        super().__init__(min=0, min_open=True)
+
+    def convert(self, value, param, ctx) -> float:
+        seconds = super().convert(value, param, ctx)
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a finite number of seconds; give one > 0", param, ctx)
+        return seconds
 
 
 def launch_options(fn):
@@ -22,17 +40,30 @@ def launch_options(fn):
         click.option("--nodes", default=1, show_default=True, help="Nodes (slurm)."),
         click.option("--nproc-per-node", default=1, show_default=True, help="Ranks per node."),
         click.option("--env-on", "env_on", multiple=True, metavar="NODE:VAR=VALUE",
+                     callback=_check_env_on,
                      help="Set VAR on one node only, to rehearse a misconfiguration. "
                           "Repeatable."),
-        click.option("--master-port", type=int, default=None,
+        click.option("--master-port", type=click.IntRange(1, 65535), default=None,
                      help="Port of the rendezvous store (default: a free one)."),
         click.option("--timeout", "launch_timeout", default=300.0, show_default=True,
-                     help="Seconds before a launched job is stopped."),
+                     type=Seconds(), help="Seconds before a launched job is stopped."),
         click.option("--group-timeout", default=GROUP_TIMEOUT_S, show_default=True,
+                     type=Seconds(),
                      help="Seconds ranks wait for each other to form the process group."),
     ]):
         fn = option(fn)
     return fn
+
+
+def _check_env_on(ctx, param, values: tuple[str, ...]) -> tuple[str, ...]:
+    """Refuse a malformed NODE:VAR=VALUE as a usage error, even where it is not used."""
+    from probes.launch import LaunchError, parse_env_on
+
+    try:
+        parse_env_on(values)
+    except LaunchError as err:
+        raise click.BadParameter(str(err).removeprefix("--env-on "), ctx, param) from None
+    return values
 
 
 def resolve_launch(opts: dict, in_job: bool = True):
@@ -72,6 +103,9 @@ def run_and_show(name: str, params: dict, opts: dict) -> None:
     from diag.cli import fail
     from probes import run
 
+    if broken := run.import_breakers(os.environ):
+        fail(f"{'; '.join(broken)}. `import torch` raises on it, so no rank could start: "
+             "fix or unset it (`ddiag check-env` checks every such variable)")
     spec, job = resolve_launch(opts)
     out, timeout, backend = opts["out"] or run.default_out(), opts["group_timeout"], opts["backend"]
     if spec:
