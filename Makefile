@@ -1,6 +1,7 @@
 # The two set-up commands of README.md live here. Each builds its own virtualenv on a
-# fresh machine: torch is pinned to the CPU build that lies on disk (a looser range
-# would pull a multi-GB CUDA build).
+# fresh machine: torch==2.13.0, the CPU build that lies on disk, goes in first; the
+# range in pyproject.toml (torch>=2.8) then keeps it instead of pulling a multi-GB CUDA
+# build, and the assert below says so if it ever did not.
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.ddiag-installed

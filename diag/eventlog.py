@@ -32,23 +32,39 @@ MAX_QUEUE = 200_000
 _live_writers: "weakref.WeakSet[EventWriter]" = weakref.WeakSet()
 
 
-def _finite(value):
-    """JSON has no NaN/Infinity; non-finite floats become the strings Python would print."""
-    if isinstance(value, float) and not math.isfinite(value):
+# orjson writes the integers in [-2**63, 2**64) and refuses the rest; json writes them, but
+# orjson reads one back as a float, or, beyond a double's range, drops its whole line.
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
+_JSON_KEY = (str, int, float, bool, type(None))
+
+
+def _jsonable(value):
+    """``value`` with what a JSON reader refuses made into strings: NaN and Infinity
+    become "nan", "inf", "-inf"; an integer beyond 64 bits, its decimal digits."""
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
         return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if _INT_MIN <= value <= _INT_MAX else _int_text(value)
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k if isinstance(k, _JSON_KEY) else str(k): _jsonable(v)
+                for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
+        return [_jsonable(v) for v in value]
     return value
 
 
-def _json_encode(record: dict) -> bytes:
+def _int_text(value: int) -> str:
     try:
-        text = json.dumps(record, separators=(",", ":"), allow_nan=False, default=str)
-    except ValueError:
-        text = json.dumps(_finite(record), separators=(",", ":"), default=str)
-    return text.encode()
+        return str(value)
+    except ValueError:  # past Python's limit of 4300 digits for str(int)
+        return f"{'-' if value < 0 else ''}int of {value.bit_length()} bits"
+
+
+def _json_encode(record: dict) -> bytes:
+    return json.dumps(_jsonable(record), separators=(",", ":"), allow_nan=False,
+                      default=str).encode()
 
 
 def _has_nonfinite(record: dict) -> bool:
@@ -71,9 +87,9 @@ try:  # serialising is most of the writer thread's work; orjson does it ~10x fas
             # (a loss or gradient norm: top-level floats of a record). Only a line with
             # a null can hold one, so most records skip the scan.
             if b"null" in line and _has_nonfinite(record):
-                line = orjson.dumps(_finite(record), default=str, option=_ORJSON_LINE)
+                line = orjson.dumps(_jsonable(record), default=str, option=_ORJSON_LINE)
             return line
-        except (TypeError, ValueError):  # e.g. non-str keys orjson refuses
+        except (TypeError, ValueError):  # non-str keys, or an integer beyond 64 bits
             return _json_encode(record) + b"\n"
 except ImportError:  # pragma: no cover - orjson is a dependency
 

@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import traceback
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -32,6 +33,11 @@ from diag.rundir import RunDir, ensure_run_json, launcher_run_id, resolve_run_di
 log = logging.getLogger("ddiag")
 
 MAX_ARG_TENSORS = 16
+# The kinds ddiag writes itself. Readers act on them: a "header" starts a new segment (a
+# user's one would hide the rank), "close" means a clean exit, "exception" a failing rank,
+# "step" and "collective" are what the analysis counts; so ``record`` refuses them.
+RESERVED_KINDS = frozenset({"header", "close", "step", "collective", "span", "exception",
+                            "note"})
 _ARG_NAMES = tuple(f"arg{i}" for i in range(MAX_ARG_TENSORS))
 _HOLDS_TENSORS = (torch.Tensor, list, tuple, dict)
 
@@ -77,6 +83,15 @@ class _State:
         self.recorder = CollectiveRecorder(self.emit, self.context)
         self.hooked_models: set[int] = set()
         self.lock = threading.Lock()
+        self.refused_kinds: set = set()
+        # A model that is not DDP is checked just before the optimizer steps (a global
+        # optimizer pre-hook), since a step that ends with zero_grad() leaves no
+        # gradients to check at its end.
+        self.grad_model = None  # the model to check this step, while one is due
+        self.grad_taken: tuple | None = None  # (norm, nonfinite) read before the optimizer
+        self.optimizer_hook = None
+        self.optimizer_owns: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.warned_no_grads = False
 
     def context(self) -> dict:
         """Fields every record carries."""
@@ -207,12 +222,27 @@ def current_step() -> int:
 
 
 def record(kind: str, **fields: Any) -> None:
-    """Append a record of your own (``kind`` must not be one of ddiag's) to the log."""
+    """Append a record of your own to the log. A ``kind`` of ddiag's own
+    (``RESERVED_KINDS``) is dropped, with a warning once per kind."""
     state = _get()
     try:
+        if kind in RESERVED_KINDS or not isinstance(kind, str):
+            _refuse_kind(state, kind)
+            return
         state.emit({"kind": kind, **state.context(), **fields})
     except Exception as exc:  # noqa: BLE001
         state.internal_error("record", exc)
+
+
+def _refuse_kind(state: _State, kind) -> None:
+    key = kind if isinstance(kind, str) else type(kind)
+    if key in state.refused_kinds:
+        return
+    state.refused_kinds.add(key)
+    log.warning("ddiag: diag.record(%r, ...) dropped: the kind must be a string and not one "
+                "of ddiag's own (%s), which the readers act on; give your records a name "
+                "of your own, e.g. %r", kind, ", ".join(sorted(RESERVED_KINDS)),
+                f"my_{kind}" if isinstance(kind, str) else "my_event")
 
 
 def shutdown() -> None:
@@ -305,7 +335,7 @@ def _begin_step(state: _State, model, args: tuple, kwargs: dict, grad_every: int
     if state.where is None:
         state.open_writer()
     if model is not None and id(model) not in state.hooked_models:
-        _hook_ddp(state, model)
+        _hook_model(state, model)
     state.step += 1
     state.in_step = True
     state.step_started = time.time()
@@ -315,6 +345,8 @@ def _begin_step(state: _State, model, args: tuple, kwargs: dict, grad_every: int
     state.recorder.step_comm_s = 0.0
     state.recorder.step_count = 0
     check = model is not None and state.step % grad_every == 0
+    state.grad_model = model if check else None
+    state.grad_taken = None
     state.recorder.check_finite = check
     state.recorder.finite_checks = []  # a step that raised left its own behind
     state.recorder.buckets = StepBuckets(check, state.step)
@@ -328,7 +360,7 @@ def _end_step(state: _State, model, grad_every: int, result) -> None:
     buckets.in_step = False
     grad = None
     if model is not None and state.step % grad_every == 0:
-        grad = _grad_fields(recorder, model, buckets)
+        grad = _grad_fields(state, model, buckets)
     recorder.check_finite = False
     state.in_step = False
     iter_s = now - state.last_step_end if state.last_step_end else None
@@ -341,13 +373,53 @@ def _end_step(state: _State, model, grad_every: int, result) -> None:
                          buckets, grad)))
 
 
-def _grad_fields(recorder: CollectiveRecorder, model, buckets: StepBuckets) -> tuple:
-    """(grad_norm, nonfinite, sent_nonfinite) of the step that just ended."""
+def _grad_fields(state: _State, model, buckets: StepBuckets) -> tuple:
+    """(grad_norm, nonfinite, sent_nonfinite) of the step that just ended: from the
+    gradients read before the optimizer stepped, else from those left at the end."""
     total = bucket_total(buckets.norms)
-    norm, bad = grad_check(model, total)
-    sent = recorder.first_nonfinite_sent(
+    taken = state.grad_taken
+    if taken is None:
+        taken = grad_check(model, total)
+        if not taken[0] and not state.warned_no_grads:  # None, or 0.0: all zeroed
+            _warn_no_grads(state)
+    sent = state.recorder.first_nonfinite_sent(
         buckets_finite=total is not None and math.isfinite(total[1]))
-    return norm, bad, sent
+    return taken[0], taken[1], sent
+
+
+def _warn_no_grads(state: _State) -> None:
+    state.warned_no_grads = True
+    log.warning("ddiag: log_step(model=...): step %d ended with every gradient of the model "
+                "None or zero, and none were read before an optimizer step, so its grad_norm "
+                "and NaN/Inf check are empty. Call opt.zero_grad() at the start of the step "
+                "(before backward) instead of after the update, or update through a "
+                "torch.optim optimizer, whose step ddiag reads the gradients before",
+                state.step)
+
+
+def _before_optimizer_step(state: _State, optimizer, _args, _kwargs) -> None:
+    """A global optimizer pre-hook: read the gradients of the step's model before the
+    update, which a ``zero_grad()`` later in the step would leave nothing of."""
+    model = state.grad_model
+    if model is None or state.grad_taken is not None or not state.in_step:
+        return
+    try:
+        if _steps_the_model(state, optimizer, model):
+            state.grad_taken = grad_check(model)
+    except Exception as exc:  # noqa: BLE001
+        state.internal_error("optimizer pre-hook", exc)
+
+
+def _steps_the_model(state: _State, optimizer, model) -> bool:
+    """Whether ``optimizer`` updates some of ``model``'s parameters (cached per optimizer:
+    another model's optimizer may step before this model's gradients are final)."""
+    known = state.optimizer_owns.get(optimizer)
+    if known is None or known[0] is not model:
+        params = {id(p) for _, p in _named_parameters(model)[0]}
+        owns = any(id(p) in params for group in optimizer.param_groups for p in group["params"])
+        known = (model, owns)
+        state.optimizer_owns[optimizer] = known
+    return known[1]
 
 
 def _step_record(where: _Rank, step: int, t: float, mono: float, dur_s: float,
@@ -380,9 +452,10 @@ def _record_exception(state: _State, exc: BaseException, span: str | None = None
         state.internal_error("exception record", e)
 
 
-def _hook_ddp(state: _State, model) -> None:
+def _hook_model(state: _State, model) -> None:
     state.hooked_models.add(id(model))
     if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        _hook_optimizers(state)
         return
     if not state.want_collectives or getattr(model, "_comm_hooks", None):
         return  # the user's own hook stays; a Python hook goes through our wrappers anyway
@@ -391,6 +464,16 @@ def _hook_ddp(state: _State, model) -> None:
     except RuntimeError as exc:  # a builtin C++ hook is already registered
         state.emit({"kind": "note", **state.context(),
                     "message": f"DDP buckets not recorded: {exc}"[:500]})
+
+
+def _hook_optimizers(state: _State) -> None:
+    """DDP's gradients are read from its reduced buckets as they come back; any other
+    model's just before the optimizer steps (``_before_optimizer_step``)."""
+    if state.optimizer_hook is None:
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        state.optimizer_hook = register_optimizer_step_pre_hook(
+            functools.partial(_before_optimizer_step, state))
 
 
 def arg_shapes(args: tuple, kwargs: dict) -> list[tuple]:
@@ -446,7 +529,10 @@ def loss_of(result) -> float | None:
         except (RuntimeError, ValueError, TypeError):
             return None
     if isinstance(result, (int, float)) and not isinstance(result, bool):
-        return float(result)
+        try:
+            return float(result)
+        except OverflowError:  # an int past a double's range: as far off as "inf" goes
+            return math.inf if result > 0 else -math.inf
     return None
 
 
@@ -532,4 +618,6 @@ def _reset() -> None:
 
     shutdown()
     uninstall()
+    if _state is not None and _state.optimizer_hook is not None:
+        _state.optimizer_hook.remove()
     _state = None

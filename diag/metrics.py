@@ -119,23 +119,52 @@ def _nvml_handle(local_rank: int):
 
 
 def port_for(local_rank: int) -> int:
-    return int(os.environ.get("DDIAG_METRICS_PORT", DEFAULT_PORT)) + local_rank
+    """``DDIAG_METRICS_PORT`` (default 9400) + local rank: one port per rank on a host."""
+    value = os.environ.get("DDIAG_METRICS_PORT")
+    try:
+        port = (DEFAULT_PORT if value is None else int(value)) + local_rank
+    except ValueError:
+        raise ValueError(f"{_port_setting()}: not an integer; set it to the first of free "
+                         f"ports for this host's ranks (default {DEFAULT_PORT})") from None
+    if not 0 < port < 65536:
+        raise ValueError(f"{_port_setting()} + local rank {local_rank} = {port}: not a TCP "
+                         f"port; set it so that it stays within 1-65535")
+    return port
+
+
+def _port_setting() -> str:
+    value = os.environ.get("DDIAG_METRICS_PORT")
+    return (f"DDIAG_METRICS_PORT={value}" if value is not None
+            else f"DDIAG_METRICS_PORT unset (default {DEFAULT_PORT})")
+
+
+def _serve(metrics: RankMetrics, local_rank: int) -> None:
+    from prometheus_client import start_http_server
+
+    addr = os.environ.get("DDIAG_METRICS_ADDR", "127.0.0.1")
+    port = port_for(local_rank)
+    try:
+        start_http_server(port, addr=addr, registry=metrics.registry)
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot listen on {addr}:{port} ({_port_setting()} + local "
+                      f"rank {local_rank}): {exc.strerror}; another process (another job's "
+                      "ranks?) may hold it: set DDIAG_METRICS_PORT to a free base port (each "
+                      "rank takes base + its local rank), or DDIAG_METRICS_TEXTFILE_DIR to "
+                      "write .prom files instead") from exc
 
 
 def start(writer, rank: int, local_rank: int, host: str, job: str) -> RankMetrics:
-    """Hook metrics onto an event writer and open the configured outputs."""
-    from prometheus_client import start_http_server
-
+    """Hook metrics onto an event writer and open the configured outputs. Raises
+    (OSError, ValueError) with the setting to change when the port cannot be used."""
     metrics = RankMetrics(rank, local_rank, host, job)
     metrics.tick({})  # host gauges have values from the first scrape on
+    textfile_dir = os.environ.get("DDIAG_METRICS_TEXTFILE_DIR")
+    if not textfile_dir:
+        _serve(metrics, local_rank)  # first: a port in use leaves nothing hooked
     writer.add_observer(metrics.observe)
     writer.add_tick(metrics.tick)
-    textfile_dir = os.environ.get("DDIAG_METRICS_TEXTFILE_DIR")
     if textfile_dir:
         writer.add_tick(lambda _r: _write_textfile(metrics, Path(textfile_dir), rank))
-    else:
-        addr = os.environ.get("DDIAG_METRICS_ADDR", "127.0.0.1")
-        start_http_server(port_for(local_rank), addr=addr, registry=metrics.registry)
     return metrics
 
 

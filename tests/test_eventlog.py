@@ -34,6 +34,25 @@ def test_records_round_trip_with_header_and_nonfinite_values(tmp_path):
     assert segments[0].lines == [2, 3]
 
 
+def test_integers_beyond_64_bits_are_written_as_strings_the_reader_reads(tmp_path):
+    from diag.eventlog import _json_encode
+    from diag.events import json_loads
+
+    big = {"kind": "mine", "big": 10**400, "neg": -(2**63) - 1, "fits": 2**64 - 1,
+           "nested": {"ids": [2**64, -(2**63)], "x": float("nan")}, "huge": 10**5000}
+    w = EventWriter(tmp_path / "r.jsonl", HEADER)
+    w.emit(big)
+    w.emit({"kind": "after"})
+    w.close()
+    segments, problems = read_events(tmp_path / "r.jsonl")
+    assert problems == [] and w.dropped == 0
+    rec, after = segments[0].records
+    assert (rec["big"], rec["neg"], rec["fits"]) == (str(10**400), str(-(2**63) - 1), 2**64 - 1)
+    assert rec["nested"] == {"ids": [str(2**64), -(2**63)], "x": "nan"}
+    assert isinstance(rec["huge"], str) and after["kind"] == "after"
+    assert json_loads(_json_encode(big))["big"] == str(10**400)  # the json fallback too
+
+
 def test_a_record_kept_in_parts_is_built_by_the_writer_and_a_broken_one_is_counted(tmp_path):
     class Parts(dict):
         def record(self):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import torch.distributed as dist
 import diag
 from diag import instrument
 from diag.events import read_run_events
+from tests.util import REPO
 
 
 @pytest.fixture
@@ -313,3 +315,124 @@ def test_a_bucket_call_reads_as_the_full_record_in_the_heartbeat():
     assert rec.in_flight() is None
     assert rec.last_done() == {"op": "all_reduce", "group": "0", "seq": 7, "t": 10.5}
     assert rec.last.record()["torch_seq"] == 12
+
+@pytest.mark.parametrize("kind", ["header", "close", "step", "exception"])
+def test_a_record_of_a_reserved_kind_is_dropped_and_the_rank_still_reads(run_dir, caplog, kind):
+    @diag.log_step
+    def step():
+        return 1.0
+
+    step()
+    diag.record(kind, rank=7, schema=99)
+    diag.record(kind)
+    step()
+    assert [r["step"] for r in records(run_dir, "step")] == [0, 1]
+    logs, _ = read_run_events(run_dir)
+    assert list(logs) == [0] and logs[0].header["rank"] == 0
+    assert len(logs[0].of_kind(kind)) == {"step": 2, "close": 1}.get(kind, 0)  # ddiag's own
+    assert all(r.get("rank") == 0 for r in logs[0].records)
+    warned = [r for r in caplog.records if r.name == "ddiag" and repr(kind) in r.getMessage()]
+    assert len(warned) == 1
+
+
+def test_a_step_returning_an_int_beyond_64_bits_keeps_its_record(run_dir):
+    @diag.log_step
+    def step(value):
+        return value
+
+    step(10**400)
+    step({"loss": -(10**400)})
+    step(3)
+    diag.record("mine", big=10**400, nested={"ids": [2**64, 2**64 - 1]})
+    assert [r["loss"] for r in records(run_dir, "step")] == ["inf", "-inf", 3.0]
+    logs, problems = read_run_events(run_dir)
+    assert problems == []
+    (mine,) = logs[0].of_kind("mine")
+    assert mine["big"] == str(10**400)
+    assert mine["nested"] == {"ids": [str(2**64), 2**64 - 1]}
+
+
+def _sgd_step(model, opt):
+    @diag.log_step(model=model)
+    def step(x):
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()  # the gradients are gone by the end of the step
+        return loss
+
+    return step
+
+
+def test_gradients_zeroed_inside_the_step_are_still_checked(run_dir):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
+    x = torch.randn(8, 4)
+    replay = copy.deepcopy(model)
+    replay(x).pow(2).mean().backward()
+    expected = torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in replay.parameters()]))
+    step = _sgd_step(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    step(x)
+    bad = x.clone()
+    bad[0, 0] = float("nan")
+    step(bad)
+    ok, nan = records(run_dir, "step")
+    assert ok["grad_norm"] == pytest.approx(float(expected), rel=1e-5)
+    assert ok["nonfinite"] is None
+    assert nan["grad_norm"] == "nan"
+    assert nan["nonfinite"] == {"param": "0.weight", "kind": "nan"}
+
+
+def test_an_optimizer_of_other_parameters_leaves_the_check_to_the_step_end(run_dir):
+    model, other = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
+    other_opt = torch.optim.SGD(other.parameters(), lr=0.1)
+
+    @diag.log_step(model=model)
+    def step():
+        model(torch.ones(1, 2)).sum().backward()
+        other_opt.step()  # before model's gradients are final: must not be where they are read
+        model.weight.grad[0, 0] = float("inf")
+
+    step()
+    (rec,) = records(run_dir, "step")
+    assert rec["nonfinite"] == {"param": "weight", "kind": "inf"}
+
+
+def test_gradients_gone_at_the_step_end_without_an_optimizer_warn_once(run_dir, caplog):
+    model = torch.nn.Linear(2, 1)
+
+    @diag.log_step(model=model)
+    def step():
+        model(torch.ones(1, 2)).sum().backward()
+        with torch.no_grad():  # a hand-written update: no torch.optim step to hook
+            for p in model.parameters():
+                p -= 0.1 * p.grad
+                p.grad = None
+
+    for _ in range(3):
+        step()
+    assert all("grad_norm" in r and r["grad_norm"] is None for r in records(run_dir, "step"))
+    warned = [r for r in caplog.records if r.name == "ddiag" and r.levelname == "WARNING"]
+    assert len(warned) == 1 and "zero_grad" in warned[0].getMessage()
+
+
+def test_the_quickstart_loop_trains_on_every_batch_and_checks_its_gradients(
+        tmp_path, monkeypatch):
+    """The quickstart's step 2, run as written on a real model and loader."""
+    text = (REPO / "docs" / "quickstart.md").read_text()
+    code = text.split("## 2.")[1].split("```python\n")[1].split("```")[0]
+    monkeypatch.chdir(tmp_path)
+    instrument._reset()
+    model = torch.nn.Linear(3, 1)
+    loader = [(torch.randn(n, 3), torch.randn(n, 1)) for n in range(1, 7)]  # sizes tell them apart
+    try:
+        exec(code, {"model": model, "loss_fn": torch.nn.functional.mse_loss, "loader": loader,
+                    "opt": torch.optim.SGD(model.parameters(), lr=0.1)})
+        diag.shutdown()
+        logs, problems = read_run_events(next(tmp_path.glob("runs/*")))
+    finally:
+        instrument._reset()
+    steps = logs[0].of_kind("step")
+    assert [s["args"][0]["shape"][0] for s in steps] == [1, 2, 3, 4, 5, 6]
+    assert all(isinstance(s["grad_norm"], float) and s["grad_norm"] > 0 for s in steps)
+    assert all("data" in s["phases"] for s in steps)

@@ -114,3 +114,35 @@ def test_records_update_metrics_and_the_textfile(tmp_path):
     _write_textfile(m, tmp_path, 3)
     assert "ddiag_step 7.0" in (tmp_path / "ddiag_rank3.prom").read_text().replace(
         f"{{{labels}}}", "")
+
+
+@pytest.mark.parametrize("taken", [True, False])
+def test_a_taken_or_bad_port_is_named_with_its_variable_and_training_goes_on(
+        tmp_path, monkeypatch, caplog, taken):
+    import socket
+
+    import diag
+    from diag import instrument
+    from diag.events import read_run_events
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    value = str(port) if taken else "94OO"
+    monkeypatch.setenv("DDIAG_METRICS_PORT", value)
+    monkeypatch.delenv("DDIAG_METRICS_TEXTFILE_DIR", raising=False)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    instrument._reset()
+    try:
+        diag.init(tmp_path, metrics=True, collectives=False, signals=False)
+        diag.log_step(lambda: 1.0)()
+        diag.shutdown()
+    finally:
+        instrument._reset()
+        holder.close()
+    logs, _ = read_run_events(tmp_path)
+    assert len(logs[0].of_kind("step")) == 1
+    (warning,) = [r.getMessage() for r in caplog.records if "metrics" in r.getMessage()]
+    assert f"DDIAG_METRICS_PORT={value}" in warning
+    assert f"127.0.0.1:{port}" in warning if taken else "integer" in warning

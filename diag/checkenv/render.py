@@ -8,7 +8,7 @@ from rich.table import Table
 from diag.checkenv.checks_cross import span
 from diag.checkenv.report import Report
 from diag.checkenv.types import CheckResult, Status
-from diag.render import stdout_console
+from diag.render import quote, stdout_console
 
 STYLE = {Status.FAIL: "bold red", Status.WARN: "yellow", Status.OK: "green", Status.SKIP: "dim"}
 
@@ -30,8 +30,8 @@ def table(report: Report, statuses: tuple[Status, ...]) -> Table:
         t.add_column(name, **kw)
     for r in report.results:
         if r.status in statuses:
-            t.add_row(f"[{STYLE[r.status]}]{r.status.value}[/]", r.check, where(r, report),
-                      r.summary, r.fix)
+            t.add_row(f"[{STYLE[r.status]}]{r.status.value}[/]", quote(r.check),
+                      quote(where(r, report)), quote(r.summary), quote(r.fix))
     return t
 
 
@@ -40,12 +40,13 @@ def render(report: Report, verbose: bool = False, console: Console | None = None
     shown = (Status.FAIL, Status.WARN, Status.OK) + ((Status.SKIP,) if verbose else ())
     console.print(table(report, shown))
     counts = ", ".join(f"{report.count(s)} {s.value}" for s in Status)
-    nodes = ", ".join(f"{n} [{span(r)}]" for n, r in report.nodes.items())
+    nodes = quote(", ".join(f"{n} [{span(r)}]" for n, r in report.nodes.items()))
     console.print(f"[{STYLE[report.status]}]check-env: {report.status.value}[/] ({counts}) "
                   f"on {nodes or 'no ranks'}")
     if report.missing_ranks:
         console.print(f"[bold red]missing ranks: {span(report.missing_ranks)}[/]")
     for problem in report.problems:
-        console.print(f"[yellow]{problem}[/]")
+        console.print(f"[yellow]{quote(problem)}[/]")
     if report.run_dir:
-        console.print(f"snapshots: {report.run_dir}/env/  (ddiag analyze {report.run_dir})")
+        run_dir = quote(report.run_dir)
+        console.print(f"snapshots: {run_dir}/env/  (ddiag analyze {run_dir})")
