@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from diag.events import Problem, RankLog, read_run_events
+from diag.ranks import as_ranges, first_ranks, missing_ranges, ranges_text
 from diag.rundir import RunDir, read_run_json
 
 
@@ -31,12 +32,16 @@ class RankSummary:
 
 @dataclass(frozen=True)
 class RunSummary:
+    """``missing_ranks`` lists the first ranks.MAX_LISTED_RANKS ranks without a log;
+    ``missing_rank_ranges`` holds them all as (first, last) pairs."""
+
     run_dir: str
     run_id: str | None
     world_size: int | None
     ranks: list[RankSummary]
     missing_ranks: list[int]
     problems: list[Problem]
+    missing_rank_ranges: list[tuple[int, int]] = ()
 
     def to_json(self) -> dict:
         return {"schema": 1, **asdict(self)}
@@ -66,10 +71,35 @@ def summarize_rank(log: RankLog) -> RankSummary:
 def summarize(run_dir: str | Path) -> RunSummary:
     root = Path(run_dir)
     rd = RunDir(root)
-    run = read_run_json(rd.run_json) if rd.run_json.exists() else {}
     logs, problems = read_run_events(root)
+    run = _run_json(rd, problems)
     ranks = [summarize_rank(logs[r]) for r in sorted(logs)]
     sizes = {log.header.get("world_size") for log in logs.values()} - {None}
     world = max(sizes) if sizes else None
-    missing = sorted(set(range(world)) - set(logs)) if world else []
-    return RunSummary(str(root), run.get("run_id"), world, ranks, missing, problems)
+    missing = missing_ranges(world, logs)
+    problems += _other_runs(logs, run.get("run_id"))
+    return RunSummary(str(root), run.get("run_id"), world, ranks, first_ranks(missing),
+                      problems, missing)
+
+
+def _run_json(rd: RunDir, problems: list[Problem]) -> dict:
+    if not rd.run_json.exists():
+        return {}
+    try:
+        return read_run_json(rd.run_json)
+    except (OSError, ValueError) as exc:  # SchemaError is a ValueError
+        problems.append(Problem(str(rd.run_json), None, f"not read: {exc}"[:300]))
+        return {}
+
+
+def _other_runs(logs: dict[int, RankLog], run_id: str | None) -> list[Problem]:
+    """Event logs whose headers name other runs than run.json, or than each other."""
+    ids = {log.header.get("run_id") for log in logs.values()} - {None}
+    if not ids or ids == {run_id} or (len(ids) == 1 and run_id is None):
+        return []
+    ranks_of = {i: [r for r, log in logs.items() if log.header.get("run_id") == i]
+                for i in sorted(ids)}
+    where = str(Path(next(iter(logs.values())).path).parent)
+    return [Problem(where, None, f"event logs of other runs than run.json's ({run_id}): "
+                    + "; ".join(f"{i}: ranks {ranges_text(as_ranges(r))}"
+                                for i, r in ranks_of.items()))]

@@ -67,6 +67,12 @@ def text_or_none(value) -> str | None:
     return None if value is None else str(value)
 
 
+def scalar_text(value) -> str | None:
+    """A string, number or bool as text; None for anything else, whose text could be
+    as long as a nested list unfolds."""
+    return str(value) if isinstance(value, (str, int, float)) else None
+
+
 def fr_ops(entries: list, rank: int, path: str) -> list[CollOp]:
     """A dump's non-p2p entries as rows, in record order; the dicts can then be freed."""
     return [from_fr_entry(rank, e, path, i) for i, e in enumerate(entries)
@@ -90,32 +96,40 @@ def from_fr_entry(rank: int, e: dict, path: str, index: int) -> CollOp:
 
 
 def _well_formed_entry(rank: int, e: dict, path: str, index: int) -> CollOp:
-    name = e["profiling_name"]
+    name, pg, dtypes = e["profiling_name"], e["process_group"][0], e["input_dtypes"]
+    # str() of a nested list is as long as the list unfolds: only text is taken as text.
+    if type(name) is not str or type(pg) is not str or (dtypes and type(dtypes[0]) is not str):
+        raise TypeError("not as torch writes it")
     op = _op_names.get(name)
     if op is None:
-        op = _op_names.setdefault(name, sys.intern(str(name).split(":", 1)[-1]))
+        op = _op_names.setdefault(name, sys.intern(name.split(":", 1)[-1]))
     seq, created, sizes = e["collective_seq_id"], e["time_created_ns"], e["input_sizes"]
-    numel = math.prod(sizes[0]) if len(sizes) == 1 else sum(map(math.prod, sizes))
-    if type(seq) is not int or type(numel) is not int or type(created) is not int:
+    numel = _prod(sizes[0]) if len(sizes) == 1 else sum(map(_prod, sizes))
+    if type(seq) is not int or type(created) is not int:
         raise TypeError("not as torch writes it")
-    dtypes = e["input_dtypes"]
     done = e["state"] == "completed" or e["retired"] is True
-    return CollOp(rank, str(e["process_group"][0]), seq, op, numel,
+    return CollOp(rank, pg, seq, op, numel,
                   _numel(e.get("output_sizes")) if op in SIZE_RULED_OPS else None,
-                  str(dtypes[0]) if dtypes else None, None, DONE if done else PENDING,
+                  dtypes[0] if dtypes else None, None, DONE if done else PENDING,
                   created / 1e9, path, None, entry=index)
 
 
+def _prod(dims) -> int:
+    """A tensor's numel; TypeError unless every dim is an int. math.prod alone would
+    repeat a list 10**9 times for the dims [10**9, [0]]."""
+    return math.prod(map(int.__index__, dims))
+
+
 def _checked_entry(rank: int, e: dict, path: str, index: int) -> CollOp:
-    name = str(e.get("profiling_name", "?"))
+    name = scalar_text(e.get("profiling_name")) or "?"
     op = sys.intern(name.split(":", 1)[-1])
     pg = e.get("process_group")
     pg = pg if isinstance(pg, (list, tuple)) and pg else ("", "")
     done = e.get("state") == "completed" or bool(e.get("retired"))
     created = e.get("time_created_ns")
-    return CollOp(rank, str(pg[0]), as_int(e.get("collective_seq_id")), op,
+    return CollOp(rank, scalar_text(pg[0]) or "", as_int(e.get("collective_seq_id")), op,
                   _numel(e.get("input_sizes")), _numel(e.get("output_sizes")),
-                  text_or_none(_first(e.get("input_dtypes"))), None, DONE if done else PENDING,
+                  scalar_text(_first(e.get("input_dtypes"))), None, DONE if done else PENDING,
                   created / 1e9 if number(created) is not None else None,
                   path, None, entry=index)
 
@@ -125,8 +139,8 @@ def _numel(sizes) -> int | None:
         return None
     try:
         if len(sizes) == 1:  # the common case: one tensor
-            return math.prod(sizes[0])
-        return sum(math.prod(s) for s in sizes)
+            return _prod(sizes[0])
+        return sum(_prod(s) for s in sizes)
     except (TypeError, ValueError, OverflowError):
         return None
 

@@ -1,7 +1,9 @@
 """Finds and loads everything under a path, recognising each file by its content.
 
 Missing, truncated and corrupt files are normal: each becomes a ``Problem`` and the rest
-is analysed. Nothing here raises on bad input.
+is analysed. Nothing here raises on bad input, and nothing here costs more than
+``Limits`` allows: regular files only, a byte budget per file and per analysis, and a
+node budget per document.
 """
 
 from __future__ import annotations
@@ -11,20 +13,47 @@ import gc
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from diag import schema
 from diag.analyze.collops import CollOp, fr_ops
+from diag.analyze.docsize import DocumentTooLarge, expanded_size
 from diag.analyze.safe_pickle import UnsafePickleError, loads_plain
 from diag.analyze.signals import Signal
 from diag.events import Problem, RankLog, read_events
+from diag.infile import NotRegularFile, file_kind, open_regular, reason
 
 SNIFF_BYTES = 4096
-MAX_JSON_BYTES = 512 * 2**20
-MAX_TEXT_BYTES = 256 * 2**20
+MB = 2**20
 # Per-rank files: rank3.log, rank00003.json, nccl_trace_rank_3.
 RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+# Bytes that do not occur in text: replacement characters (invalid UTF-8) and C0 controls
+# other than tab, newlines, form feed, backspace and ESC (colour codes).
+_NOT_TEXT = re.compile("[\ufffd\x00-\x07\x0e-\x1a\x1c-\x1f]")
+# Kinds of documents that are no evidence by themselves (run.json is metadata).
+_NOT_EVIDENCE = frozenset({"json", schema.RUN})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """What one analysis may read and hold; past a limit, what was left out is a problem."""
+
+    text_file_bytes: int = 256 * MB
+    """A longer text log is read as its head and its last ``text_tail_bytes``: an OOM is
+    on its last lines."""
+    text_tail_bytes: int = 64 * MB
+    doc_bytes: int = 512 * MB
+    """A JSON document or pickle; a longer JSON file is read as text, a pickle skipped."""
+    total_bytes: int = 1024 * MB
+    """Read across all files; files that no longer fit are not read."""
+    doc_nodes: int = 100_000
+    doc_nodes_per_byte: int = 4
+    """A document may unfold into ``doc_nodes + doc_nodes_per_byte * its bytes`` nodes:
+    a plain one has fewer nodes than bytes; a pickle that shares its own lists, 2**26
+    from 200 bytes."""
+    doc_depth: int = 64
 
 
 @dataclass
@@ -64,6 +93,9 @@ class Inputs:
     docs: list[JsonDoc] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     signals: list[Signal] = field(default_factory=list)
+    # Every event log's last segment, two of one rank included (``events`` keeps one).
+    event_logs: list[RankLog] = field(default_factory=list)
+    files: int = 0  # regular files found
     # Derived views several detectors share (e.g. per-rank collectives), built once.
     cache: dict = field(default_factory=dict, repr=False)
 
@@ -71,12 +103,18 @@ class Inputs:
         return [d for d in self.docs if d.kind == kind]
 
     @property
+    def analysable(self) -> bool:
+        """Whether anything was read that the detectors look at."""
+        return bool(self.events or self.fr or self.texts
+                    or any(d.kind not in _NOT_EVIDENCE for d in self.docs))
+
+    @property
     def world_size(self) -> int | None:
-        """The largest world size any source states."""
+        """The largest world size any source states (headers are checked on read)."""
         sizes = [log.header.get("world_size") for log in self.events.values() if log.header]
         for dump in self.fr.values():
             sizes += [len(_ranks_of(cfg)) for cfg in dump.doc.get("pg_config", {}).values()]
-        sizes = [s for s in sizes if isinstance(s, int) and s > 0]
+        sizes = [s for s in sizes if isinstance(s, int) and 0 < s <= schema.MAX_WORLD_SIZE]
         return max(sizes) if sizes else None
 
 
@@ -92,24 +130,14 @@ def _parse_ranks(text: str) -> list | None:
     """Every dump of a job repeats the same "[0, 1, ..., 1023]"; parse it once."""
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 
-def walk(path: Path) -> list[Path]:
-    if path.is_file():
-        return [path]
-    files = []
-    for dirpath, dirnames, filenames in os.walk(path):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        files += [Path(dirpath) / f for f in sorted(filenames) if not f.startswith(".")]
-    return files
-
-
-def load(path: str | os.PathLike) -> Inputs:
+def load(path: str | os.PathLike, limits: Limits = Limits()) -> Inputs:
     root = Path(path)
     inputs = Inputs(str(root))
-    if not root.exists():
+    if not os.path.lexists(root):
         inputs.problems.append(Problem(str(root), None, "no such file or directory"))
         return inputs
     # Loading creates millions of objects and frees none; the cyclic GC would rescan
@@ -117,92 +145,249 @@ def load(path: str | os.PathLike) -> Inputs:
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        for file in walk(root):
-            _load_guarded(file, inputs)
+        _Loader(inputs, limits).load_all(walk(root, inputs.problems))
     finally:
         if was_enabled:
             gc.enable()
     return inputs
 
 
-def _load_guarded(file: Path, inputs: Inputs) -> None:
-    try:
-        _load_one(file, inputs)
-    except Exception as exc:  # noqa: BLE001 - one bad file never stops the analysis
-        inputs.problems.append(Problem(str(file), None, f"unreadable: {exc}"[:300]))
+def walk(path: Path, problems: list[Problem]) -> list[Path]:
+    """The files under ``path`` in name order, hidden ones left out. Folders that cannot
+    be listed, and symlinks to folders (never followed), are problems."""
+    if not path.is_dir():
+        return [path]
+    files = []
+
+    def unlisted(exc: OSError) -> None:
+        problems.append(Problem(exc.filename or str(path), None,
+                                f"folder not read: {exc.strerror or exc}; its files are "
+                                "not analysed"))
+
+    for dirpath, dirnames, filenames in os.walk(path, onerror=unlisted):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".")
+                             and not _linked_folder(Path(dirpath) / d, problems))
+        files += [Path(dirpath) / f for f in sorted(filenames) if not f.startswith(".")]
+    return files
 
 
-def _load_one(file: Path, inputs: Inputs) -> None:
-    with open(file, "rb") as fh:
-        head = fh.read(SNIFF_BYTES)
-    if not head.strip():
-        return
-    if head[:1] == b"\x80":
-        return _load_pickle(file, inputs)
-    if head.lstrip()[:1] in (b"{", b"["):
-        if _load_json_lines(file, head, inputs) or _load_json(file, inputs):
+def _linked_folder(path: Path, problems: list[Problem]) -> bool:
+    if not path.is_symlink():
+        return False
+    problems.append(Problem(str(path), None, "symlink to a folder; not followed"))
+    return True
+
+
+class _Loader:
+    """Loads files into ``inputs`` while the byte budget lasts."""
+
+    def __init__(self, inputs: Inputs, limits: Limits) -> None:
+        self.inputs, self.limits = inputs, limits
+        self.left = limits.total_bytes
+        self.over_budget: list[str] = []
+
+    def load_all(self, files: list[Path]) -> None:
+        tree = _tree_of(Path(self.inputs.root))
+        for file in files:
+            self.load_guarded(file, tree)
+        if self.over_budget:
+            self.problem(self.over_budget[0], f"the {_mb(self.limits.total_bytes)} cap "
+                         f"on bytes read in one analysis was reached: this file and "
+                         f"{len(self.over_budget) - 1} more were not read; analyse one run "
+                         "directory (or fewer files) at a time")
+
+    def problem(self, file, message: str, line: int | None = None) -> None:
+        self.inputs.problems.append(Problem(str(file), line, message))
+
+    def load_guarded(self, file: Path, tree: Path) -> None:
+        try:
+            size = _regular_size(file, tree)
+            self.inputs.files += 1
+            self.load_one(file, size)
+        except (NotRegularFile, _OutsideTree) as exc:
+            self.problem(file, str(exc))
+        except OSError as exc:
+            self.problem(file, reason(exc))
+        except Exception as exc:  # noqa: BLE001 - one bad file never stops the analysis
+            self.problem(file, f"unreadable: {type(exc).__name__}: {exc}"[:300])
+
+    def take(self, file: Path, size: int) -> bool:
+        """Count ``size`` bytes against the analysis' budget, if they fit."""
+        if size > self.left:
+            self.over_budget.append(str(file))
+            return False
+        self.left -= size
+        return True
+
+    def load_one(self, file: Path, size: int) -> None:
+        with open_regular(file) as fh:
+            head = fh.read(SNIFF_BYTES)
+        if not head.strip():
             return
+        if head[:1] == b"\x80":
+            return self.load_pickle(file, size)
+        if head.lstrip()[:1] in (b"{", b"["):
+            if self.load_json_lines(file, head, size) or self.load_json(file, size):
+                return
+        if _looks_binary(head):
+            self.problem(file, "binary file of unknown format; skipped")
+            return
+        self.load_text(file, size)
+
+    def load_json_lines(self, file: Path, head: bytes, size: int) -> bool:
+        first = head.split(b"\n", 1)[0]
+        try:
+            doc = json.loads(first)
+        except (ValueError, RecursionError):
+            return False
+        if not (isinstance(doc, dict) and doc.get("format") == schema.EVENTS):
+            return False
+        if not self.take(file, size):
+            return True
+        segments, problems = read_events(file)
+        self.inputs.problems += problems
+        if segments and segments[-1].rank is not None:
+            self.inputs.events[segments[-1].rank] = segments[-1]
+            self.inputs.event_logs.append(segments[-1])
+        return True
+
+    def load_json(self, file: Path, size: int) -> bool:
+        if size > self.limits.doc_bytes:
+            return False
+        if not self.take(file, size):
+            return True
+        with open_regular(file) as fh:
+            data = fh.read(self.limits.doc_bytes)
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            self.left += size  # read again, as text
+            return False  # JSON-looking text (or a truncated dump): read it as text
+        except RecursionError:
+            self.problem(file, "not loaded: JSON nested too deep to parse")
+            return True
+        self.classify_bounded(file, doc, size)
+        return True
+
+    def load_pickle(self, file: Path, size: int) -> None:
+        if size > self.limits.doc_bytes:
+            self.problem(file, f"pickle over {_mb(self.limits.doc_bytes)}; skipped")
+            return
+        if not self.take(file, size):
+            return
+        with open_regular(file) as fh:
+            data = fh.read(self.limits.doc_bytes)
+        try:
+            doc = loads_plain(data)
+        except UnsafePickleError as exc:
+            self.problem(file, f"not loaded: {exc}")
+            return
+        except Exception as exc:  # noqa: BLE001 - truncated or corrupt pickle
+            self.problem(file, f"corrupt pickle: {exc}"[:300])
+            return
+        self.classify_bounded(file, doc, size)
+
+    def classify_bounded(self, file: Path, doc: object, size: int) -> None:
+        """Classify ``doc`` unless walking it would cost more than its size warrants. A
+        Flight Recorder dump's entries are exempt: fr_ops reads only their scalars."""
+        walked = {k: v for k, v in doc.items() if k != "entries"} if _is_fr(doc) else doc
+        nodes = self.limits.doc_nodes + self.limits.doc_nodes_per_byte * size
+        try:
+            expanded_size(walked, nodes, self.limits.doc_depth)
+        except DocumentTooLarge as exc:
+            self.problem(file, f"not loaded: the document {exc}")
+            return
+        _classify(file, doc, self.inputs)
+
+    def load_text(self, file: Path, size: int) -> None:
+        budget = min(size, self.limits.text_file_bytes)
+        if not self.take(file, budget):
+            return
+        with open_regular(file) as fh:
+            if size <= budget:
+                data = fh.read(budget)
+            else:
+                data = self.head_and_tail(file, fh, size)
+        log = TextLog(str(file), data.decode("utf-8", errors="replace").splitlines())
+        self.inputs.texts.append(log)
+        self.inputs.signals += extract_signals(log)
+
+    def head_and_tail(self, file: Path, fh, size: int) -> bytes:
+        tail = min(self.limits.text_tail_bytes, self.limits.text_file_bytes // 2)
+        head = self.limits.text_file_bytes - tail
+        data = fh.read(head)
+        fh.seek(size - tail)
+        self.problem(file, f"text log of {_mb(size)}: read its first {_mb(head)} "
+                     f"and last {_mb(tail)} only (line numbers past the first part "
+                     "leave out the lines not read)")
+        # The gap's line count is unknown: keep the tail's line numbers apart by a marker.
+        return data + b"\n[ddiag: middle of the file not read]\n" + fh.read(tail)
+
+
+def _mb(n: int) -> str:
+    return f"{n / MB:.3g} MB"
+
+
+class _OutsideTree(OSError):
+    """A symlink that leads out of the analysed folder."""
+
+
+def _tree_of(root: Path) -> Path:
+    resolved = root.resolve()
+    return resolved if resolved.is_dir() else resolved.parent
+
+
+def _regular_size(file: Path, tree: Path) -> int:
+    """The size of a regular file inside the tree; raises for anything else."""
+    mode = os.lstat(file).st_mode
+    if stat.S_ISLNK(mode):
+        target = file.resolve()
+        if not target.is_relative_to(tree):
+            raise _OutsideTree(f"symlink out of the analysed folder (to {target}); skipped")
+        mode = os.stat(file).st_mode
+    if not stat.S_ISREG(mode):
+        raise NotRegularFile(f"not a regular file ({file_kind(mode)}); skipped")
+    return os.stat(file).st_size
+
+
+def _looks_binary(head: bytes) -> bool:
+    """NUL bytes, or more than one character in ten that no text log holds."""
     if b"\x00" in head:
-        inputs.problems.append(Problem(str(file), None, "binary file of unknown format; skipped"))
-        return
-    _load_text(file, inputs)
+        return True
+    text = head.decode("utf-8", errors="replace")
+    return len(_NOT_TEXT.findall(text)) * 10 > len(text)
 
 
-def _load_json_lines(file: Path, head: bytes, inputs: Inputs) -> bool:
-    first = head.split(b"\n", 1)[0]
-    try:
-        doc = json.loads(first)
-    except ValueError:
-        return False
-    if not (isinstance(doc, dict) and doc.get("format") == schema.EVENTS):
-        return False
-    segments, problems = read_events(file)
-    inputs.problems += problems
-    if segments and segments[-1].rank is not None:
-        inputs.events[segments[-1].rank] = segments[-1]
-    return True
-
-
-def _load_json(file: Path, inputs: Inputs) -> bool:
-    if file.stat().st_size > MAX_JSON_BYTES:
-        return False
-    try:
-        doc = json.loads(file.read_bytes())
-    except ValueError:
-        return False  # JSON-looking text (or a truncated dump): read it as text
-    _classify(file, doc, inputs)
-    return True
-
-
-def _load_pickle(file: Path, inputs: Inputs) -> None:
-    try:
-        doc = loads_plain(file.read_bytes())
-    except UnsafePickleError as exc:
-        inputs.problems.append(Problem(str(file), None, f"not loaded: {exc}"))
-        return
-    except Exception as exc:  # noqa: BLE001 - truncated or corrupt pickle
-        inputs.problems.append(Problem(str(file), None, f"corrupt pickle: {exc}"[:300]))
-        return
-    _classify(file, doc, inputs)
+def _is_fr(doc: object) -> bool:
+    return isinstance(doc, dict) and isinstance(doc.get("entries"), list) and "version" in doc
 
 
 def _classify(file: Path, doc: object, inputs: Inputs) -> None:
-    if isinstance(doc, dict) and isinstance(doc.get("entries"), list) and "version" in doc:
+    if _is_fr(doc):
         rank = fr_rank(file, doc)
         key = rank if rank is not None else -len(inputs.fr) - 1
         doc = _normalise_fr(doc, file, inputs)
         entries = doc.pop("entries")
         ops = fr_ops(entries, rank if rank is not None else -1, str(file))
         inputs.fr[key] = FRDump(str(file), rank, {**doc, "n_entries": len(entries)}, ops)
-    elif isinstance(doc, dict) and str(doc.get("format", "")).startswith("ddiag."):
+    elif isinstance(doc, dict) and isinstance(doc.get("format"), str) \
+            and doc["format"].startswith("ddiag."):
         inputs.docs.append(JsonDoc(str(file), doc["format"], doc))
-    elif isinstance(doc, dict) and isinstance(doc.get("message"), (dict, str)) and (
-            "extraInfo" in json.dumps(doc)[:10000] or "errorTraits" in doc.get("message", {})):
+    elif _looks_like_torchelastic(doc):
         inputs.docs.append(JsonDoc(str(file), "torchelastic.error", doc))
     elif _looks_like_pyspy(doc):
         inputs.docs.append(JsonDoc(str(file), "pyspy", doc))
     else:
         inputs.docs.append(JsonDoc(str(file), "json", doc))
+
+
+def _looks_like_torchelastic(doc: object) -> bool:
+    if not isinstance(doc, dict):
+        return False
+    message = doc.get("message")
+    if isinstance(message, dict):
+        return "extraInfo" in message or "errorTraits" in message
+    return isinstance(message, str) and "extraInfo" in json.dumps(doc)[:10000]
 
 
 def _normalise_fr(doc: dict, file: Path, inputs: Inputs) -> dict:
@@ -226,24 +411,14 @@ def _looks_like_pyspy(doc: object) -> bool:
 def fr_rank(file: Path, doc: dict) -> int | None:
     """Which rank a dump is from: torch names files ``<prefix><rank>``; entries do not
     carry the global rank, so the name (or ``rank`` field if present) is all we have."""
-    if isinstance(doc.get("rank"), int):
-        return doc["rank"]
-    match = RANK_IN_NAME.search(file.name) or re.search(r"(\d+)(?:\.\w+)?$", file.name)
-    return int(match.group(1)) if match else None
+    rank = doc.get("rank")
+    if type(rank) is not int:
+        match = RANK_IN_NAME.search(file.name) or re.search(r"(\d+)(?:\.\w+)?$", file.name)
+        rank = int(match.group(1)) if match else None
+    return rank if rank is not None and 0 <= rank < schema.MAX_WORLD_SIZE else None
 
 
 def extract_signals(log: TextLog) -> list[Signal]:
     from diag.analyze.textlog import extract  # the line parsers: heavy regex tables
 
     return extract(log)
-
-
-def _load_text(file: Path, inputs: Inputs) -> None:
-    if file.stat().st_size > MAX_TEXT_BYTES:
-        inputs.problems.append(Problem(str(file), None,
-                                       f"text file over {MAX_TEXT_BYTES >> 20} MB; skipped"))
-        return
-    text = file.read_bytes().decode("utf-8", errors="replace")
-    log = TextLog(str(file), text.splitlines())
-    inputs.texts.append(log)
-    inputs.signals += extract_signals(log)

@@ -4,6 +4,11 @@ Unpickling runs code: a pickle may name any importable callable. Flight Recorder
 hold only plain containers and scalars, so this unpickler resolves no global at all and
 refuses every opcode that would call one; what it returns is dicts, lists, tuples,
 sets, strings, bytes, numbers, booleans and None.
+
+What it returns may still share its own lists and unfold into 2**26 nodes from 200
+bytes: the loader measures that (``docsize``) before anything walks the document. One
+cost it cannot measure is paid inside unpickling: a dict key or set member that is a
+tuple sharing itself is hashed there, and Python before 3.14 does not cache tuple hashes.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from diag.analyze.signals import Signal
+from diag.schema import MAX_WORLD_SIZE
 
 MAX_LINE = 8192  # longer lines are cut before parsing: a regex over 1 MB of junk is a stall
 _ANY_TIME_WINDOW = 72  # timestamps sit near the start of a line
@@ -1190,8 +1191,8 @@ _DS_COMM = re.compile(r"rank=(?P<rank>\d+) \| comm op: (?P<op>\w+) \| time \(ms\
 
 def topology_family(ex: Extractor, line: _Line) -> None:
     body = line.body
-    if ("orld" in body
-        or "ORLD" in body) and (m := _WORLD.search(body)) and 0 < int(m.group("n")) < 1 << 20:
+    if ("orld" in body or "ORLD" in body) and (m := _WORLD.search(body)) \
+            and 0 < int(m.group("n")) <= MAX_WORLD_SIZE:
         ex.emit("world_size", line, n=int(m.group("n")), source="text")
     if "MEMBER:" in body and (m := _MEMBER.search(body)):
         ex.emit("world_size", line, rank=int(m.group("rank")), n=int(m.group("n")),

@@ -8,6 +8,7 @@ import statistics
 
 from diag.analyze import Analysis
 from diag.analyze.inputs import Inputs
+from diag.ranks import ranges_text
 from diag.report.svg import NORMAL, SLOW, esc as _e, page, rect, svg, text
 from diag.report.views import binned_matrix, collective_progress, step_times
 
@@ -84,12 +85,12 @@ def progress_svg(inputs: Inputs) -> str:
 def render_html(analysis: Analysis, inputs: Inputs) -> str:
     findings = "".join(_finding_html(i, f) for i, f in enumerate(analysis.findings, 1)) \
         or '<p>no findings</p>'
-    problems = "".join(f'<div class="ev">{_e(p.file)}:{_e(p.line)}: {_e(p.message)}</div>'
-                       for p in analysis.problems[:200])
+    problems = "".join(f'<div class="ev">{_e(str(p))}</div>' for p in analysis.problems[:200])
+    missing = ranges_text(analysis.missing_rank_ranges) or "none"
     return page(f"ddiag: {analysis.root}", (
         f'<h1>ddiag analyze: {_e(analysis.root)}</h1>'
         f'<p class="muted">{len(analysis.findings)} finding(s); sources: '
-        f'{_e(analysis.sources)}; missing ranks: {_e(analysis.missing_ranks or "none")}</p>'
+        f'{_e(analysis.sources)}; missing ranks: {_e(missing)}</p>'
         f'<h2>Findings</h2>{findings}'
         f'<h2>Step time per rank</h2>{heatmap_svg(inputs)}'
         f'<h2>Collective progress</h2>{progress_svg(inputs)}'

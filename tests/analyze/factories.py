@@ -83,3 +83,20 @@ def fr_dump(entries: list[dict], world: int) -> dict:
     return {"version": "2.10", "pg_config": {"0": {"name": "0", "desc": "default_pg",
                                                    "ranks": str(list(range(world)))}},
             "pg_status": {}, "entries": entries}
+
+
+def write_events(path: Path, header: dict, records: list[dict] = ()) -> Path:
+    """One event-log file: a header (taken as given, hostile values included) and records."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    head = {"kind": "header", **schema.stamp(schema.EVENTS), **header}
+    path.write_bytes(b"".join(json.dumps(r).encode() + b"\n" for r in [head, *records]))
+    return path
+
+
+def billion_laughs(levels: int) -> list:
+    """A list nested ``levels`` deep whose two items are the same list: pickled, a few
+    hundred bytes that unfold into 2**levels leaves for whoever walks them."""
+    doc: list = []
+    for _ in range(levels):
+        doc = [doc, doc]
+    return doc

@@ -7,6 +7,7 @@ import ipaddress
 from collections import defaultdict
 
 from diag.analyze.signals import Signal
+from diag.schema import MAX_WORLD_SIZE
 from diag.analyze.types import Category, Culprit, Evidence, Finding, Severity
 
 MAX_EVIDENCE = 8
@@ -46,12 +47,12 @@ def world_size(idx: SignalIndex) -> int | None:
     sizes += [s.fields.get("nranks") for s in idx.of("nccl_init")]
     sizes += [max(r) + 1 for r in [ranks_seen(idx)] if r]
     sizes += [_agent_local_world(idx)]
-    sizes = [n for n in sizes if isinstance(n, int) and 0 < n < 1 << 20]
+    sizes = [n for n in sizes if isinstance(n, int) and 0 < n <= MAX_WORLD_SIZE]
     return max(sizes) if sizes else None
 
 
 def ranks_seen(idx: SignalIndex) -> set[int]:
-    return {s.rank for s in idx.signals if isinstance(s.rank, int) and 0 <= s.rank < 1 << 20}
+    return {s.rank for s in idx.signals if isinstance(s.rank, int) and 0 <= s.rank < MAX_WORLD_SIZE}
 
 
 def _agent_local_world(idx: SignalIndex) -> int | None:

@@ -16,15 +16,37 @@ def detect(inputs: Inputs) -> list[Finding]:
     findings = []
     for doc in inputs.docs_of(schema.PROBE_LINKS):
         report = doc.doc if isinstance(doc.doc, dict) else {}
-        links = [link for link in report.get("links", []) if isinstance(link, dict)]
-        slow = [link for link in links if link.get("slow")]
+        links = [_typed(link) for link in _list(report.get("links")) if isinstance(link, dict)]
+        slow = [link for link in links if link["slow"]]
         if not slow:
             continue
-        median = report.get("median_gbit_per_s") or 0.0
-        nodes = [n for n in report.get("slow_nodes", []) if isinstance(n, str)]
+        median = _rate_of(report.get("median_gbit_per_s")) or 0.0
+        nodes = [n for n in _list(report.get("slow_nodes")) if isinstance(n, str)
+                 and any(n in (link["src"], link["dst"]) for link in slow)]
         findings += ([_node_finding(doc.path, n, slow, median) for n in nodes] or
                      [_link_finding(doc.path, link, median) for link in slow])
     return findings
+
+
+def _list(value) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _rate_of(value) -> float | None:
+    """A rate in Gbit/s as the probe writes it (a finite float >= 0), else None: the
+    document may come from anywhere."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if 0 <= value < float("inf") else None
+
+
+def _typed(link: dict) -> dict:
+    """One link with the types the findings need: node names as strings, rates as
+    floats or None."""
+    return {"src": str(link.get("src")), "dst": str(link.get("dst")),
+            "gbit_per_s": _rate_of(link.get("gbit_per_s")),
+            "nominal_gbit_per_s": _rate_of(link.get("nominal_gbit_per_s")),
+            "below_nominal": link.get("below_nominal") is True, "slow": link.get("slow") is True}
 
 
 def _rate(link: dict) -> str:
