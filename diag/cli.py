@@ -17,6 +17,7 @@ from pathlib import Path
 import click
 
 from diag import __version__
+from diag.options import Seconds
 
 
 def emit_json(value: dict) -> None:
@@ -24,8 +25,18 @@ def emit_json(value: dict) -> None:
     click.echo(json.dumps(value, indent=2, default=str))
 
 
+def _say(line: str) -> None:
+    """A progress line on stderr; it may quote a file's name or content."""
+    from diag.terminal import plain
+
+    click.echo(plain(line), err=True)
+
+
 def fail(message: str, code: int = 2) -> None:
-    click.echo(f"ddiag: error: {message}", err=True)
+    from diag.terminal import plain_lines
+
+    # Messages quote paths and values from the user's files: no escape sequence passes.
+    click.echo(f"ddiag: error: {plain_lines(message)}", err=True)
     sys.exit(code)
 
 
@@ -39,7 +50,17 @@ def main() -> None:
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
 def summary(run_dir: Path, as_json: bool) -> None:
-    """Summarise what each rank logged in a run directory."""
+    """Summarise what each rank logged in a run directory.
+
+    \b
+    Examples:
+      ddiag summary runs/job-42
+      ddiag summary runs/job-42 --json | jq '.ranks[0]'
+
+
+    \b
+    Exit codes: 0 summarised; 2 no readable event log, or not a run directory.
+    """
     from diag.render import render_summary
     from diag.summary import summarize
 
@@ -51,7 +72,10 @@ def summary(run_dir: Path, as_json: bool) -> None:
         emit_json(result.to_json())
     else:
         render_summary(result)
-    sys.exit(0 if result.ranks else 1)
+    if not result.ranks:
+        fail(f"{run_dir / 'events'}: no readable event log ({len(result.problems)} "
+             "problem(s) listed); pass the --out / DDIAG_RUN_DIR the job wrote to")
+    sys.exit(0)
 
 
 from diag.lab.cli import lab as _lab  # noqa: E402
@@ -66,46 +90,73 @@ main.add_command(_lab)
 @click.option("--trace", "trace_out", type=click.Path(path_type=Path),
               help="Also write a Chrome trace-event JSON of all ranks here (open in Perfetto).")
 def analyze(path: Path, as_json: bool, html_out: Path | None, trace_out: Path | None) -> None:
-    """Find the root cause in a run directory, a folder of logs, or one log file."""
+    """Find the root cause in a run directory, a folder of logs, or one log file.
+
+    \b
+    Examples:
+      ddiag analyze runs/job-42
+      ddiag analyze slurm-1234.out --json
+      ddiag analyze logs/ --html report.html --trace trace.json
+
+
+    \b
+    Exit codes:
+      0  looked, and found nothing
+      1  findings
+      2  nothing to analyse, event logs of several runs, or bad usage
+      3  a detector failed (a ddiag bug): the findings may be incomplete
+    """
     from diag.analyze import analyze as run_analysis
     from diag.render import render_analysis
 
     if not path.exists():
         fail(f"{path}: no such file or directory; pass a run directory, a folder of "
              "logs, or a single log file")
-    for out in (html_out, trace_out):
-        if out is not None and out.exists():
-            fail(f"{out} already exists; ddiag never overwrites a file: pass a new path")
+    _check_outputs({"--html": html_out, "--trace": trace_out})
     result = run_analysis(path)
-    _write_reports(result, html_out, trace_out)
+    if result.refusal is None:
+        _write_reports(result, html_out, trace_out)
     if as_json:
         emit_json(result.to_json())
     else:
         render_analysis(result)
-    sys.exit(1 if result.findings else 0)
+    if result.refusal:
+        fail(result.refusal)
+    sys.exit(result.outcome.exit_code)
 
 
 @main.command()
 @click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option("--stall", "stall_s", type=float, default=60.0, show_default=True,
+@click.option("--stall", "stall_s", type=Seconds(), default=60.0, show_default=True,
               help="Seconds without progress on any rank before a hang is considered.")
 @click.option("--kill", is_flag=True, help="End the job once a hang is captured.")
-@click.option("--timeout", "timeout_s", type=float, default=None,
+@click.option("--timeout", "timeout_s", type=Seconds(), default=None,
               help="Stop watching after this many seconds (default: until the job ends).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 def watch(run_dir: Path, stall_s: float, kill: bool, timeout_s: float | None,
           as_json: bool) -> None:
-    """Watch a live job's heartbeats; on a hang, capture every rank's stack and say who."""
+    """Watch a live job's heartbeats; on a hang, capture every rank's stack and say who.
+
+    \b
+    Examples:
+      ddiag watch runs/job-42 --stall 120
+      ddiag watch $DDIAG_RUN_DIR --stall 60 --kill --json
+    """
     from diag.render import render_watch
+    from diag.watch_run import DIR_APPEAR_S, wait_for_dir
     from diag.watch_run import watch as run_watch
 
-    if stall_s <= 0:
-        fail(f"--stall must be > 0 seconds, got: {stall_s}")
     if run_dir.exists() and not run_dir.is_dir():
         fail(f"{run_dir}: not a directory; pass the --out / DDIAG_RUN_DIR of the job")
+    limit = min(DIR_APPEAR_S, timeout_s or DIR_APPEAR_S)
+    if not run_dir.exists():
+        _say(f"ddiag watch: waiting up to {limit:g} s for {run_dir} to appear")
+    if not wait_for_dir(run_dir, limit):
+        fail(f"{run_dir}: no such directory after {limit:g} s; pass the --out / "
+             "DDIAG_RUN_DIR the job writes to")
     result = run_watch(run_dir, stall_s, kill=kill, timeout_s=timeout_s,
-                       status=lambda line: click.echo(f"ddiag watch: {line}", err=True)
-                       if not as_json else None)
+                       status=lambda line: _say(f"ddiag watch: {line}") if not as_json else None,
+                       warn=lambda line: _say(f"ddiag watch: {line}"))
     if as_json:
         emit_json(result.to_json())
     else:
@@ -127,10 +178,11 @@ def _model_args(**sizes: int | None) -> tuple[str, ...]:
               type=click.Choice(["ddp", "pipeline", "zero1", "zero2", "zero3"]))
 @click.option("--launcher", default="local", show_default=True,
               type=click.Choice(["local", "slurm"]))
-@click.option("--nproc-per-node", default=1, show_default=True, type=int,
+@click.option("--nproc-per-node", default=1, show_default=True, type=click.IntRange(min=1),
               help="Ranks per node (slurm).")
-@click.option("--steps", default=100, show_default=True, type=int)
-@click.option("--batch", default=8, show_default=True, type=int, help="Per-rank micro-batch.")
+@click.option("--steps", default=100, show_default=True, type=click.IntRange(min=1))
+@click.option("--batch", default=8, show_default=True, type=click.IntRange(min=1),
+              help="Per-rank micro-batch.")
 @click.option("--strong", is_flag=True, help="Strong scaling: keep the first stage's global batch.")
 @click.option("--width", type=click.IntRange(min=8), default=None,
               help="Trainer model's hidden size (default: the trainer's, 64).")
@@ -141,15 +193,15 @@ def _model_args(**sizes: int | None) -> tuple[str, ...]:
                    "adds gradient bytes at little compute: raise it to rehearse a job whose "
                    "steps are bound by the network.")
 @click.option("--inject", multiple=True, help="Trainer fault, e.g. slow_compute:rank=1 (repeatable).")
-@click.option("--stage-timeout", default=300.0, show_default=True, type=float)
-@click.option("--stall", default=30.0, show_default=True, type=float,
+@click.option("--stage-timeout", default=300.0, show_default=True, type=Seconds())
+@click.option("--stall", default=30.0, show_default=True, type=Seconds(),
               help="Seconds without progress before the watcher calls a hang.")
 @click.option("--keep-going", is_flag=True, help="Run later stages after a stage fails.")
 @click.option("--no-probes", is_flag=True, help="Skip the collective/compute/link probes.")
 @click.option("--env-on", multiple=True, metavar="NODE:VAR=VALUE",
               help="Set VAR on one node for every launch, to rehearse a misconfiguration "
                    "(repeatable).")
-@click.option("--master-port", type=int, default=None,
+@click.option("--master-port", type=click.IntRange(1, 65535), default=None,
               help="Rendezvous port for every launch (default: a free one each time).")
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Run directory (default: a new runs/scale-test-<time>).")
@@ -164,7 +216,14 @@ def scale_test(ctx, stages, mode, launcher, nproc_per_node, steps, batch, strong
                layers, vocab, inject,
                stage_timeout, stall, keep_going, no_probes, env_on, master_port, out,
                html_out, dry_run, as_json) -> None:
-    """Run the reference trainer at 1 -> 2 -> 4 -> N and explain where scaling breaks."""
+    """Run the reference trainer at 1 -> 2 -> 4 -> N and explain where scaling breaks.
+
+    \b
+    Examples:
+      ddiag scale-test
+      ddiag scale-test --stages 1,2 --mode zero2 --steps 50 --html st.html
+      ddiag scale-test --launcher slurm --stages 1,2,4 --nproc-per-node 8 --dry-run
+    """
     from diag.render import render_scale_test, scale_test_status
     from diag.scaletest import plan
     from diag.scaletest.config import ScaleTestConfig, default_stages
@@ -175,8 +234,7 @@ def scale_test(ctx, stages, mode, launcher, nproc_per_node, steps, batch, strong
     job_id = os.environ.get("SLURM_JOB_ID") if launcher == "slurm" else None
     if plan.run_dir_in_use(out, job_id):
         fail(f"{out} exists and is not empty; ddiag never overwrites a run: pass a new --out")
-    if html_out is not None and html_out.exists():
-        fail(f"{html_out} already exists; ddiag never overwrites a file: pass a new path")
+    _check_outputs({"--html": html_out})
     try:
         parsed = tuple(int(s) for s in stages.split(",")) if stages else default_stages(launcher)
         cfg = ScaleTestConfig(out=out, stages=parsed, mode=mode, launcher=launcher,
@@ -191,7 +249,10 @@ def scale_test(ctx, stages, mode, launcher, nproc_per_node, steps, batch, strong
         fail(str(exc).replace("invalid literal for int() with base 10",
                               f"--stages must be integers like 1,2,4, got {stages!r}"))
     if dry_run:
-        click.echo(plan.dry_run(cfg, _this_command(ctx, out), Path.cwd()), nl=False)
+        if as_json:
+            emit_json(plan.dry_run_json(cfg, _this_command(ctx, out), Path.cwd()))
+        else:
+            click.echo(plan.dry_run(cfg, _this_command(ctx, out), Path.cwd()), nl=False)
         sys.exit(0)
     if (problem := plan.allocation_too_small(cfg, os.environ)):
         fail(problem)
@@ -205,8 +266,7 @@ def scale_test(ctx, stages, mode, launcher, nproc_per_node, steps, batch, strong
     if html_out is not None:
         from diag.report.scale_test_html import render_scale_test_html
 
-        html_out.write_text(render_scale_test_html(result))
-        click.echo(f"ddiag: wrote {html_out}", err=True)
+        _write_output("--html", html_out, render_scale_test_html(result))
     if as_json:
         emit_json(result.to_json())
     else:
@@ -255,17 +315,35 @@ def _rerun_under_salloc(argv: list[str]) -> None:
     os.execvp("salloc", argv)
 
 
+def _check_outputs(paths: dict[str, Path | None]) -> None:
+    """Output paths are refused before the work starts, not after it is done."""
+    from diag.outfile import OutputFileError, check_new
+
+    try:
+        check_new(paths)
+    except OutputFileError as exc:
+        fail(str(exc))
+
+
+def _write_output(opt: str, path: Path, text: str) -> None:
+    from diag.outfile import OutputFileError, write_new
+
+    try:
+        write_new(opt, path, text)
+    except OutputFileError as exc:
+        fail(str(exc))
+    click.echo(f"ddiag: wrote {path}", err=True)
+
+
 def _write_reports(result, html_out: Path | None, trace_out: Path | None) -> None:
     if html_out is not None:
         from diag.report.html import render_html
 
-        html_out.write_text(render_html(result, result.inputs))
-        click.echo(f"ddiag: wrote {html_out}", err=True)
+        _write_output("--html", html_out, render_html(result, result.inputs))
     if trace_out is not None:
         from diag.report.trace import build_trace
 
-        trace_out.write_text(json.dumps(build_trace(result.inputs)))
-        click.echo(f"ddiag: wrote {trace_out}", err=True)
+        _write_output("--trace", trace_out, json.dumps(build_trace(result.inputs)))
 
 
 # check-env and probe (issue 5)

@@ -56,6 +56,7 @@ class _Rank:
         self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
         self.host = socket.gethostname()
         self.pid = os.getpid()
+        self.started = time.time()  # the process began before this; see watch_verify
 
 
 class _State:
@@ -158,7 +159,7 @@ class _State:
             "seq": dict(rec.seq), "last_collective": rec.last_done(), "pending": rec.in_flight(),
             "span": {"name": span[0], "since": span[1]} if span else None,
             "records": self.writer.written if self.writer else 0,
-            "fr_signal": _fr_dump_signal(),
+            "fr_signal": _fr_dump_signal(), "started": where.started,
         }
 
     def internal_error(self, where: str, exc: BaseException) -> None:

@@ -16,9 +16,16 @@ from rich.progress import (BarColumn, Progress, ProgressColumn, SpinnerColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from diag.ranks import ranges_text
 from diag.summary import RunSummary
+from diag.terminal import plain
 
 _SEVERITY_STYLE = {"critical": "bold red", "error": "red", "warn": "yellow", "info": "dim"}
+
+def quote(value) -> str:
+    """``plain`` text for a rich markup string or a table cell: its own brackets
+    (``[red]``, ``[link=...]``) escaped, so they show as written instead of styling."""
+    return escape(plain(value))
 
 
 def stdout_console() -> Console:
@@ -34,53 +41,60 @@ def stdout_console() -> Console:
 def _fmt(value, spec: str = "") -> str:
     if value is None:
         return "-"
-    return format(value, spec) if spec and isinstance(value, (int, float)) else str(value)
+    return format(value, spec) if spec and isinstance(value, (int, float)) else quote(value)
 
 
 def render_summary(summary: RunSummary, console: Console | None = None) -> None:
     console = console or stdout_console()
-    table = Table(title=f"{summary.run_dir}  run_id={summary.run_id}  "
-                        f"world_size={summary.world_size}")
+    table = Table(title=f"{quote(summary.run_dir)}  run_id={quote(summary.run_id)}  "
+                        f"world_size={quote(summary.world_size)}")
     for col in ("rank", "host", "steps", "p50 ms", "colls", "last seq", "loss", "|grad|",
                 "exc", "drop"):
         table.add_column(col, justify="left" if col in ("host", "last seq") else "right")
     for r in summary.ranks:
-        seqs = ", ".join(f"{g or 'world'}:{s}" for g, s in r.last_seq.items())
-        table.add_row(str(r.rank), _fmt(r.host), str(r.steps),
+        seqs = quote(", ".join(f"{g or 'world'}:{s}" for g, s in r.last_seq.items()))
+        table.add_row(quote(r.rank), _fmt(r.host), quote(r.steps),
                       _fmt(r.step_p50_s and r.step_p50_s * 1000, ".1f"), str(r.collectives),
                       seqs or "-", _fmt(r.last_loss, ".4g"), _fmt(r.last_grad_norm, ".4g"),
-                      str(r.exceptions), _fmt(r.dropped))
+                      quote(r.exceptions), _fmt(r.dropped))
     console.print(table)
-    if summary.missing_ranks:
-        console.print(f"[yellow]missing ranks (no event log): {summary.missing_ranks}")
+    if summary.missing_rank_ranges:
+        console.print(f"[yellow]missing ranks (no event log): "
+                      f"{ranges_text(summary.missing_rank_ranges)}")
     for p in summary.problems:
-        console.print(f"[yellow]{p.file}:{p.line}: {p.message}")
+        console.print(Text(plain(p), style="yellow"))
 
 
 def render_analysis(analysis, console: Console | None = None) -> None:
     """Top finding first, each with its culprit, evidence and fix."""
     console = console or stdout_console()
     roots = [f for f in analysis.findings if f.root_cause]
-    console.print(f"[bold]ddiag analyze[/] {analysis.root}: {len(roots)} root cause(s), "
+    console.print(f"[bold]ddiag analyze[/] {quote(analysis.root)}: {len(roots)} root cause(s), "
                   f"{len(analysis.findings) - len(roots)} symptom(s) "
                   f"in {analysis.seconds:.2f} s")
-    if not analysis.findings:
+    if analysis.refusal:  # the CLI prints why on stderr; watch shows this line alone
+        console.print(f"[yellow]not analysed: {analysis.outcome.value.replace('_', ' ')}")
+    elif not analysis.findings and not analysis.detector_errors:
         console.print("[green]no findings")
     for i, f in enumerate(analysis.findings, 1):
         sev = f.severity.name.lower()
         role = "" if f.root_cause else " [dim](symptom)[/]"
         console.print(f"\n[{_SEVERITY_STYLE[sev]}]{i}. {f.category.value}[/] "
-                      f"[dim]{sev}, confidence {f.confidence:.2f}[/]{role}\n   {escape(f.title)}")
+                      f"[dim]{sev}, confidence {f.confidence:.2f}[/]{role}\n   {quote(f.title)}")
         culprit = _culprit_text(f.culprit)
         if culprit:
-            console.print(f"   [bold]culprit:[/] {escape(culprit)}")
+            console.print(f"   [bold]culprit:[/] {quote(culprit)}")
         for ev in f.evidence[:6]:
-            console.print(Text(f"   {ev}", style="dim"))
-        console.print(f"   [bold]fix:[/] {escape(f.fix)}")
-    if analysis.missing_ranks:
-        console.print(f"\n[yellow]no input from ranks {analysis.missing_ranks}")
+            console.print(Text(f"   {plain(ev)}", style="dim"))
+        console.print(f"   [bold]fix:[/] {quote(f.fix)}")
+    for error in analysis.detector_errors:
+        console.print(Text(plain(f"detector failed, the findings may be incomplete: {error}"),
+                           style="bold red"))
+    if analysis.missing_rank_ranges:
+        console.print(f"\n[yellow]no input from ranks "
+                      f"{ranges_text(analysis.missing_rank_ranges)}")
     for p in analysis.problems[:20]:
-        console.print(Text(f"{p.file}:{p.line}: {p.message}", style="yellow"))
+        console.print(Text(plain(p), style="yellow"))
 
 
 def _culprit_text(c) -> str:
@@ -99,17 +113,17 @@ def _culprit_text(c) -> str:
 def render_watch(result, console: Console | None = None) -> None:
     console = console or stdout_console()
     if result.alarm is None:
-        console.print(f"ddiag watch: no hang ({result.ended})")
+        console.print(f"ddiag watch: no hang ({quote(result.ended)})")
         return
     a = result.alarm
-    console.print(f"[bold red]hang[/] ({a.reason}): ranks {list(a.laggards)} lag; "
-                  f"ranks {list(a.waiting)} wait")
+    console.print(f"[bold red]hang[/] ({quote(a.reason)}): ranks {quote(list(a.laggards))} "
+                  f"lag; ranks {quote(list(a.waiting))} wait")
     for c in result.captures:
-        console.print(Text(f"  stack of rank {c.rank}: {c.path or c.error}", style="dim"))
+        console.print(Text(plain(f"  stack of rank {c.rank}: {c.path or c.error}"), style="dim"))
     if result.analysis is not None:
         render_analysis(result.analysis, console)
     if result.killed:
-        console.print(f"ended ranks {result.killed}")
+        console.print(f"ended ranks {quote(result.killed)}")
 
 
 def render_scale_test(result, console: Console | None = None) -> None:
@@ -125,14 +139,14 @@ def render_scale_test(result, console: Console | None = None) -> None:
     for run, m, tflops, eff, norm in zip(result.stages, result.metrics, result.compute_tflops,
                                          result.efficiency, result.efficiency_normalised):
         mark = " <- cliff" if run.stage == result.cliff_stage else ""
-        table.add_row(str(run.stage), str(run.world_size), run.status + mark,
+        table.add_row(str(run.stage), str(run.world_size), quote(run.status) + mark,
                       _fmt(m and m.samples_per_s, ".1f"), _fmt(m and m.step_p50_s and m.step_p50_s * 1000, ".1f"),
                       _fmt(m and m.step_p95_s and m.step_p95_s * 1000, ".1f"),
                       _fmt(m and m.comm_share, ".0%"), _fmt(m and m.data_share, ".0%"),
                       _fmt(tflops, ".3f"), _fmt(eff, ".2f"), _fmt(norm, ".2f"))
     console.print(table)
-    console.print(Text(f"verdict: {result.verdict}", style="bold"))
-    console.print(f"run directory: {result.config.out}")
+    console.print(Text(f"verdict: {plain(result.verdict)}", style="bold"))
+    console.print(f"run directory: {quote(result.config.out)}")
 
 
 _STAGE_LINE = re.compile(r"stage (\d+): (.*)")
@@ -175,19 +189,19 @@ class _StageProgress:
         match = _STAGE_LINE.fullmatch(line)
         if match is None or int(match.group(1)) not in self.cfg.stages:
             # A hang or an interrupt: news, not a step with a duration.
-            self.progress.console.print(Text(f"  {line}", style="yellow"))
+            self.progress.console.print(Text(f"  {plain(line)}", style="yellow"))
             return
         self.finish_step()
         self.step, self.since = line, time.monotonic()
         stage = int(match.group(1))
         i, world = self.cfg.stages.index(stage), self.cfg.world_size(stage)
         self.progress.update(
-            self.task, completed=i, description=escape(match.group(2)), since=self.since,
+            self.task, completed=i, description=quote(match.group(2)), since=self.since,
             at=f"{i + 1}/{len(self.cfg.stages)} ({world} rank{'s' if world > 1 else ''})")
 
     def finish_step(self) -> None:
         """Keep the step that just ended above the live line, with how long it took."""
         if self.step is not None:
             self.progress.console.print(
-                Text(f"  {self.step}  ({time.monotonic() - self.since:.1f} s)", style="dim"))
+                Text(f"  {plain(self.step)}  ({time.monotonic() - self.since:.1f} s)", style="dim"))
             self.step = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -21,9 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from diag import schema
+from diag.infile import open_regular
 
 SUBDIRS = ("events", "heartbeat", "env", "fr", "stacks", "probes", "logs")
 DEFAULT_RUN_DIR = "ddiag-run"
+# run.json is a few hundred bytes; a reader takes no more than this of one.
+MAX_RUN_JSON_BYTES = 1 << 20
 
 
 def rank_file(rank: int, suffix: str) -> str:
@@ -34,6 +38,19 @@ def rank_file(rank: int, suffix: str) -> str:
 def resolve_run_dir(run_dir: str | os.PathLike | None = None) -> Path:
     """The explicit argument, else $DDIAG_RUN_DIR, else ./ddiag-run."""
     return Path(run_dir or os.environ.get("DDIAG_RUN_DIR") or DEFAULT_RUN_DIR)
+
+
+RUNS = Path("runs")
+"""Where a command given no --out puts its run, as ``scale-test`` does: one folder per
+run, all under one, relative to the working directory (shared by every node of a
+cluster whose home or project directory is)."""
+
+
+def fresh_run_dir(verb: str, tag: str | None = None) -> Path:
+    """``runs/<verb>-<tag>``; ``tag`` defaults to the local time and a random suffix, so
+    two runs started in the same second do not share a folder."""
+    tag = tag or f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    return RUNS / f"{verb}-{tag}"
 
 
 def launcher_run_id() -> str | None:
@@ -48,6 +65,21 @@ def launcher_run_id() -> str | None:
     if elastic and elastic != "none":
         return f"elastic-{elastic}"
     return None
+
+
+def generated_run_id() -> str:
+    """The id of a run no launcher named: one per run directory, so the ranks of one job
+    on hosts that do not share the directory each have their own."""
+    return f"run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
+# What generated_run_id makes, and what a rank writes when it cannot make run.json.
+_GENERATED = re.compile(r"run-\d{8}-\d{6}-[0-9a-f]{6}|unknown")
+
+
+def is_generated_run_id(run_id: str | None) -> bool:
+    """Whether an id was made up by one host rather than named by the launcher."""
+    return isinstance(run_id, str) and _GENERATED.fullmatch(run_id) is not None
 
 
 @dataclass(frozen=True)
@@ -86,7 +118,7 @@ def ensure_run_json(rd: RunDir, run_id: str | None, extra: dict | None = None) -
         return read_run_json(rd.run_json)
     meta = {
         **schema.stamp(schema.RUN),
-        "run_id": run_id or f"run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}",
+        "run_id": run_id or generated_run_id(),
         "created": time.time(),
         "created_by": {"host": socket.gethostname(), "pid": os.getpid(), "argv": sys.argv},
         **(extra or {}),
@@ -103,6 +135,9 @@ def ensure_run_json(rd: RunDir, run_id: str | None, extra: dict | None = None) -
 
 
 def read_run_json(path: Path) -> dict:
-    doc = json.loads(path.read_text())
+    with open_regular(path) as fh:
+        doc = json.loads(fh.read(MAX_RUN_JSON_BYTES))
+    if not isinstance(doc, dict):
+        raise schema.SchemaError(str(path), f"expected a JSON object, got {type(doc).__name__}")
     schema.check(doc, schema.RUN, str(path))
     return doc

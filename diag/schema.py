@@ -12,6 +12,7 @@ RUN = "ddiag.run"
 LAB = "ddiag.lab"
 WATCH = "ddiag.watch"
 SCALE_TEST = "ddiag.scale_test"
+SCALE_TEST_PLAN = "ddiag.scale_test_plan"
 ENV_SNAPSHOT = "ddiag.env_snapshot"
 CHECK_ENV = "ddiag.check_env"
 RENDEZVOUS = "ddiag.rendezvous"
@@ -30,6 +31,7 @@ VERSIONS: dict[str, int] = {
     LAB: 1,
     WATCH: 1,
     SCALE_TEST: 1,
+    SCALE_TEST_PLAN: 1,
     ENV_SNAPSHOT: 1,
     CHECK_ENV: 1,
     RENDEZVOUS: 1,
@@ -42,8 +44,19 @@ VERSIONS: dict[str, int] = {
 }
 
 
+# The largest world size any reader accepts. Readers keep per-rank state (missing ranks,
+# per-rank tables), so a header claiming 10**12 ranks must not size them; 2**20 ranks is
+# far past any job run today.
+MAX_WORLD_SIZE = 1 << 20
+
+
 class SchemaError(ValueError):
-    """A file's format or version is not one this ddiag can read."""
+    """A file's format or version is not one this ddiag can read. ``reason`` is the
+    message without the file, for readers that report the file beside it."""
+
+    def __init__(self, source: str, reason: str) -> None:
+        super().__init__(f"{source}: {reason}")
+        self.source, self.reason = source, reason
 
 
 def stamp(fmt: str) -> dict:
@@ -54,13 +67,13 @@ def stamp(fmt: str) -> dict:
 def check(doc: dict, fmt: str, source: str) -> int:
     """Return the document's schema version, or raise naming the file and the fix."""
     if doc.get("format") != fmt:
-        raise SchemaError(f"{source}: expected format {fmt!r}, got {doc.get('format')!r}")
+        raise SchemaError(source, f"expected format {fmt!r}, got {doc.get('format')!r}")
     version = doc.get("schema")
     if not isinstance(version, int) or version < 1:
-        raise SchemaError(f"{source}: schema must be a positive integer, got {version!r}")
+        raise SchemaError(source, f"schema must be a positive integer, got {version!r}")
     if version > VERSIONS[fmt]:
         raise SchemaError(
-            f"{source}: {fmt} schema {version} is newer than this ddiag reads "
+            source, f"{fmt} schema {version} is newer than this ddiag reads "
             f"({VERSIONS[fmt]}); upgrade ddiag (pip install -U ddiag)"
         )
     return version

@@ -21,14 +21,17 @@ like, and also what a long compile looks like.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from diag import schema
+from diag.infile import NotRegularFile, open_regular
 from diag.instrument_names import STEP_PHASES
 from diag.rundir import RunDir
 
 HEARTBEAT_STALE_S = 10.0  # a writer thread beats every second; this long silent = gone
+MAX_HEARTBEAT_BYTES = 1 << 20  # a heartbeat is under a kilobyte; more is not one
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class RankBeat:
     pending: dict | None
     span: str | None
     fr_signal: str | None
+    started: float | None = None  # when the rank's process says it began (wall time)
 
     @property
     def progress(self) -> tuple:
@@ -72,28 +76,86 @@ class Alarm:
                 "detected_at": self.detected_at, "reason": self.reason}
 
 
-def parse_beat(doc: dict) -> RankBeat | None:
-    try:
-        schema.check(doc, schema.HEARTBEAT, "heartbeat")
-        seqs = tuple(sorted((str(k), int(v)) for k, v in (doc.get("seq") or {}).items()))
-        span = (doc.get("span") or {}).get("name")
-        return RankBeat(int(doc["rank"]), doc.get("pid"), doc.get("host"), float(doc["t"]),
-                        int(doc.get("step", -1)), seqs, doc.get("pending"), span,
-                        doc.get("fr_signal"))
-    except (schema.SchemaError, KeyError, TypeError, ValueError):
+def parse_beat(doc) -> RankBeat | None:
+    """One heartbeat document as a RankBeat (None for no document); ValueError naming
+    the first field that is missing or of the wrong type (a hostile or broken file must
+    not reach the watcher)."""
+    if doc is None:
         return None
+    if not isinstance(doc, dict):
+        raise ValueError(f"a heartbeat is a JSON object, got {type(doc).__name__}")
+    schema.check(doc, schema.HEARTBEAT, "heartbeat")
+    rank = _typed(doc, "rank", int, required=True)
+    if rank < 0:
+        raise ValueError(f"rank must be >= 0, got {rank}")
+    seq = _typed(doc, "seq", dict, {})
+    if not all(type(v) is int for v in seq.values()):
+        raise ValueError(f"seq must map each group to an integer, got {_short(seq)}")
+    span = _typed(doc, "span", dict)
+    name = _typed(span, "name", str) if span else None
+    return RankBeat(rank, _typed(doc, "pid", int), _typed(doc, "host", str),
+                    _typed(doc, "t", float, required=True), _typed(doc, "step", int, -1),
+                    tuple(sorted(seq.items())), _typed(doc, "pending", dict), name,
+                    _typed(doc, "fr_signal", str), _typed(doc, "started", float))
+
+
+_KINDS = {int: "an integer", float: "a finite number", str: "a string", dict: "an object"}
+
+
+def _typed(doc: dict, name: str, kind: type, default=None, required: bool = False):
+    """``doc[name]`` when it is of ``kind`` (float: any finite number; never a bool);
+    ``default`` when absent or null."""
+    value = doc.get(name)
+    if value is None:
+        if required:
+            raise ValueError(f"{name} is missing")
+        return default
+    ok = (isinstance(value, (int, float)) and math.isfinite(value) if kind is float
+          else isinstance(value, kind))
+    if not ok or isinstance(value, bool):
+        raise ValueError(f"{name} must be {_KINDS[kind]}, got {_short(value)}")
+    return float(value) if kind is float else value
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def scan_beats(run_dir: Path) -> tuple[dict[int, RankBeat], dict[Path, str]]:
+    """Every rank's latest heartbeat, and the heartbeat files that are malformed (with
+    why); those are left out, as if the rank had not beaten."""
+    beats, malformed = {}, {}
+    for path in sorted(RunDir(run_dir).path("heartbeat").glob("rank*.json")):
+        try:
+            with open_regular(path) as fh:  # a named pipe would block the watch forever
+                text = fh.read(MAX_HEARTBEAT_BYTES + 1)
+        except NotRegularFile as exc:
+            malformed[path] = str(exc)
+            continue
+        except OSError:
+            continue  # replaced or removed since the listing: the next poll reads it
+        try:
+            if len(text) > MAX_HEARTBEAT_BYTES:
+                raise ValueError(f"larger than {MAX_HEARTBEAT_BYTES} bytes")
+            beat = parse_beat(_json_or_none(text))
+        except ValueError as exc:  # SchemaError included
+            malformed[path] = str(exc)
+            continue
+        if beat is not None:
+            beats[beat.rank] = beat
+    return beats, malformed
+
+
+def _json_or_none(text: bytes):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None  # torn: the writers replace whole files, so the next poll reads it
 
 
 def read_beats(run_dir: Path) -> dict[int, RankBeat]:
-    beats = {}
-    for path in sorted(RunDir(run_dir).path("heartbeat").glob("rank*.json")):
-        try:
-            beat = parse_beat(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            continue  # mid-replace or torn: the next poll reads it
-        if beat is not None:
-            beats[beat.rank] = beat
-    return beats
+    return scan_beats(run_dir)[0]
 
 
 class Watcher:

@@ -1,25 +1,34 @@
 """The watcher's edges: stacks with py-spy, Flight Recorder dumps by signal, ending a job.
 
 Every rank's heartbeat names its pid and host. Ranks on this host are reached directly;
-ranks on other nodes of a Slurm job through ``srun --overlap`` onto their node.
+ranks on other nodes of a Slurm job through ``srun --overlap`` onto their node. Either way
+nothing is signalled or traced before ``diag.watch_verify`` has checked, where the pid
+lives, that it is a rank of this run (``Gate``); what it refuses is reported.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from diag import watch_verify
+from diag.infile import open_regular
 from diag.rundir import RunDir
 from diag.watch import RankBeat
+from diag.watch_verify import REFUSED_EXIT, start_ticks, why_not_rank
 
 PYSPY_TIMEOUT_S = 20.0
+FR_SIGNAL = "SIGUSR1"  # the only signal a Flight Recorder dump is ever requested with
+_HOSTNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
 
 
 @dataclass(frozen=True)
@@ -27,6 +36,91 @@ class Capture:
     rank: int
     path: Path | None
     error: str | None
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An action ddiag watch would not take on a rank's pid, and why."""
+
+    rank: int
+    pid: object  # as the heartbeat named it
+    host: str | None
+    action: str  # "fr_dump", "stack" or "kill"
+    reason: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+class Gate:
+    """Lets the watcher act only on pids verified as this run's ranks
+    (``diag.watch_verify``): here before acting, on another node by the same check run
+    there in front of the command. Keeps every refusal."""
+
+    def __init__(self, run_dir: Path, job_id: str | None = None) -> None:
+        self.run_dir = Path(run_dir)
+        self.job_id = job_id or os.environ.get("SLURM_JOB_ID")
+        self.refused: list[Refusal] = []
+        self._why: dict[int, str | None] = {}
+
+    def refuse(self, beat: RankBeat, action: str, reason: str) -> str:
+        self.refused.append(Refusal(beat.rank, beat.pid, beat.host, action, reason))
+        return f"refused: {reason}"
+
+    def verified_here(self, beat: RankBeat, action: str) -> str | None:
+        """None when ``beat`` names a rank of this run on this host; else the refusal."""
+        if beat.rank not in self._why:
+            self._why[beat.rank] = why_not_rank(str(self.run_dir), beat.rank, beat.pid,
+                                                rank_started(self.run_dir, beat))
+        why = self._why[beat.rank]
+        return self.refuse(beat, action, why) if why else None
+
+    def command(self, beat: RankBeat, action: str, argv: list[str]) -> tuple[list | None, str]:
+        """``argv`` to run against the rank, or None and why not: here once verified;
+        on another node behind the check, through ``srun --overlap``."""
+        if local(beat):
+            why = self.verified_here(beat, action)
+            return (None, why) if why else (argv, "")
+        if not _HOSTNAME.fullmatch(beat.host) or type(beat.pid) is not int or beat.pid <= 1:
+            return None, self.refuse(beat, action, f"host {beat.host!r} / pid {beat.pid!r} "
+                                                   "cannot name a rank on another node")
+        cmd = on_node(beat, guarded_cmd(self.run_dir, beat, argv), self.job_id)
+        if cmd is None:
+            return None, (f"rank {beat.rank} runs on {beat.host}: run ddiag watch inside the "
+                          "job's Slurm allocation to reach it")
+        return cmd, ""
+
+    def run(self, beat: RankBeat, action: str,
+            argv: list[str]) -> tuple[subprocess.CompletedProcess | None, str]:
+        """Run ``argv`` against the rank: (CompletedProcess, "") or (None, why not)."""
+        cmd, why = self.command(beat, action, argv)
+        if cmd is None:
+            return None, why
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=PYSPY_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return None, f"{Path(argv[0]).name}: {exc}"
+        if res.returncode == REFUSED_EXIT and not local(beat):
+            said = [line for line in res.stderr.splitlines() if line.startswith("refused: ")]
+            reason = said[-1].removeprefix("refused: ") if said else res.stderr.strip()
+            return None, self.refuse(beat, action, f"on {beat.host}: {reason[:300]}")
+        return res, ""
+
+
+def rank_started(run_dir: Path, beat: RankBeat) -> float | None:
+    """When the rank's process says it began: its heartbeat's ``started``, or, from a
+    ddiag that did not write it, its event log header's time when that names the pid."""
+    if beat.started is not None:
+        return beat.started
+    try:
+        with open_regular(RunDir(run_dir).events(beat.rank)) as fh:
+            header = json.loads(fh.readline(65536))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(header, dict) or header.get("pid") != beat.pid:
+        return None
+    t = header.get("t")
+    return float(t) if type(t) in (int, float) else None
 
 
 def local(beat: RankBeat) -> bool:
@@ -46,70 +140,98 @@ def on_node(beat: RankBeat, cmd: list[str], job_id: str | None = None) -> list[s
             f"--nodelist={beat.host}", *cmd]
 
 
-def pyspy_cmd(beat: RankBeat, job_id: str | None = None) -> list[str] | None:
+def guarded_cmd(run_dir: Path, beat: RankBeat, argv: list[str]) -> list[str]:
+    """``argv`` behind ``diag.watch_verify``'s check of the beat's pid, as one command
+    for the rank's node: the check runs where the pid lives. Assumes this Python at the
+    same path there, as the ranks' own ddiag does."""
+    started = rank_started(run_dir, beat)
+    return [sys.executable, "-c", Path(watch_verify.__file__).read_text(),
+            str(Path(run_dir).resolve()), str(beat.rank), str(beat.pid),
+            "-" if started is None else repr(started), *argv]
+
+
+def pyspy_argv(pid: int) -> list[str]:
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    return on_node(beat, [spy, "dump", "--pid", str(beat.pid), "--json"], job_id)
+    return [spy, "dump", "--pid", str(pid), "--json"]
 
 
-def capture_stack(run_dir: Path, beat: RankBeat, job_id: str | None = None) -> Capture:
-    """``py-spy dump --json`` of one rank into RUN_DIR/stacks/rankNNNNN.json."""
-    out = RunDir(run_dir).path("stacks", beat.rank, ".json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    cmd = pyspy_cmd(beat, job_id)
-    if cmd is None:
-        return Capture(beat.rank, None, f"rank {beat.rank} runs on {beat.host}: run ddiag "
-                                        "watch inside the job's Slurm allocation to reach it")
-    try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=PYSPY_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return Capture(beat.rank, None, f"py-spy: {exc}")
+def capture_stack(gate: Gate, beat: RankBeat) -> Capture:
+    """``py-spy dump --json`` of one verified rank into RUN_DIR/stacks/rankNNNNN.json."""
+    res, why = gate.run(beat, "stack", pyspy_argv(beat.pid))
+    if res is None:
+        return Capture(beat.rank, None, why)
     if res.returncode != 0:
         hint = (" (py-spy needs ptrace rights: run as root, or add SYS_PTRACE to the "
                 "container)" if "ermission" in res.stderr else "")
         return Capture(beat.rank, None, f"py-spy exit {res.returncode}: "
                                         f"{res.stderr.strip()[:300]}{hint}")
-    out.write_text(res.stdout)
+    out = RunDir(gate.run_dir).path("stacks", beat.rank, ".json")
+    write_replacing(out, res.stdout)
     return Capture(beat.rank, out, None)
 
 
-def request_fr_dumps(beats: dict[int, RankBeat], job_id: str | None = None) -> list[int]:
-    """Signal every local rank that advertises a Flight Recorder dump handler. A rank
-    without one is never signalled: SIGUSR1's default action would kill it."""
+def write_replacing(path: Path, text: str) -> None:
+    """Write aside, then rename over ``path``: a symlink planted at ``path`` is replaced,
+    never written through (the watcher runs as root in a directory others write)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def request_fr_dumps(gate: Gate, beats: dict[int, RankBeat]) -> list[int]:
+    """SIGUSR1 to every verified rank that advertises a Flight Recorder dump handler. A
+    rank without one is never signalled: SIGUSR1's default action would kill it. A
+    heartbeat naming any other signal is refused: the heartbeat only says yes or no."""
     sent = []
     for rank, beat in sorted(beats.items()):
-        if not (beat.fr_signal and beat.pid and hasattr(signal, beat.fr_signal)):
+        if beat.fr_signal is None:
+            continue
+        if beat.fr_signal != FR_SIGNAL:
+            gate.refuse(beat, "fr_dump", f"fr_signal {beat.fr_signal!r}: {FR_SIGNAL} is the "
+                                         "only Flight Recorder signal ddiag sends")
             continue
         if local(beat):
-            _signal(beat.pid, getattr(signal, beat.fr_signal))
-            sent.append(rank)
-        elif (cmd := on_node(beat, ["kill", f"-{beat.fr_signal[3:]}", str(beat.pid)], job_id)):
-            subprocess.run(cmd, capture_output=True, timeout=PYSPY_TIMEOUT_S)
+            if gate.verified_here(beat, "fr_dump") is None and _signal(beat.pid, signal.SIGUSR1):
+                sent.append(rank)
+            continue
+        res, _ = gate.run(beat, "fr_dump", ["kill", f"-{FR_SIGNAL[3:]}", str(beat.pid)])
+        if res is not None and res.returncode == 0:
             sent.append(rank)
     return sent
 
 
-def end_job(beats: dict[int, RankBeat], grace_s: float = 10.0) -> list[int]:
-    """SIGTERM every local rank (their handlers flush logs and dump), SIGKILL the rest
-    after ``grace_s``; under Slurm, ``scancel`` the job step instead."""
+def end_job(gate: Gate, beats: dict[int, RankBeat], grace_s: float = 10.0) -> list[int]:
+    """SIGTERM every verified local rank (their handlers flush logs and dump), SIGKILL
+    those still running after ``grace_s``; under Slurm, ``scancel`` the job instead."""
     if os.environ.get("SLURM_JOB_ID") and not all(local(b) for b in beats.values()):
         subprocess.run(["scancel", os.environ["SLURM_JOB_ID"]], capture_output=True, timeout=30)
         return sorted(beats)
-    pids = {r: b.pid for r, b in beats.items() if b.pid and local(b)}
-    for pid in pids.values():
+    # The start time tells the rank from a process that took its pid after it exited.
+    pids = {r: (b.pid, start_ticks(b.pid)) for r, b in beats.items()
+            if local(b) and gate.verified_here(b, "kill") is None}
+    for pid, _ in pids.values():
         _signal(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(_alive(p) for p in pids.values()):
+    while time.monotonic() < deadline and any(_alive(p) for p, _ in pids.values()):
         time.sleep(0.1)
-    for pid in pids.values():
-        _signal(pid, signal.SIGKILL)
+    for pid, began in pids.values():
+        if began is not None and start_ticks(pid) == began:
+            _signal(pid, signal.SIGKILL)
     return sorted(pids)
 
 
-def _signal(pid: int, signum: int) -> None:
+def _signal(pid: int, signum: int) -> bool:
+    if type(pid) is not int or pid <= 1:  # a group, every process, or init: never
+        raise ValueError(f"refusing to signal pid {pid!r}")
     try:
         os.kill(pid, signum)
+        return True
     except (ProcessLookupError, PermissionError):
-        pass
+        return False
 
 
 def _alive(pid: int) -> bool:

@@ -12,11 +12,15 @@ from pathlib import Path
 from typing import Callable
 
 from diag import schema
+from diag.infile import open_regular
 from diag.rundir import RunDir
-from diag.watch import Alarm, Watcher, read_beats
-from diag.watch_capture import Capture, capture_stack, end_job, request_fr_dumps
+from diag.watch import Alarm, Watcher, scan_beats
+from diag.watch_capture import (Capture, Gate, Refusal, capture_stack, end_job,
+                                request_fr_dumps, write_replacing)
 
 FR_WAIT_S = 3.0
+DIR_APPEAR_S = 60.0  # how long a run directory that is not there yet may take to appear
+_DOING = {"fr_dump": "ask for a Flight Recorder dump of", "stack": "trace", "kill": "end"}
 
 
 @dataclass
@@ -30,6 +34,8 @@ class WatchResult:
     fr_requested: list[int] = field(default_factory=list)
     analysis: object | None = None
     killed: list[int] = field(default_factory=list)
+    refused: list[Refusal] = field(default_factory=list)
+    malformed: dict[str, str] = field(default_factory=dict)  # heartbeat path -> why
     ended: str = ""
 
     def to_json(self) -> dict:
@@ -38,6 +44,8 @@ class WatchResult:
                 "captures": [{"rank": c.rank, "path": str(c.path) if c.path else None,
                               "error": c.error} for c in self.captures],
                 "fr_requested": self.fr_requested, "killed": self.killed,
+                "refused": [r.to_json() for r in self.refused],
+                "malformed": [{"path": p, "reason": why} for p, why in self.malformed.items()],
                 "verdict": _verdict(self.analysis)}
 
 
@@ -47,12 +55,23 @@ def _verdict(analysis) -> dict | None:
     return analysis.findings[0].to_json()
 
 
+def wait_for_dir(run_dir: Path, limit_s: float, poll_s: float = 0.2) -> bool:
+    """Whether ``run_dir`` is a directory within ``limit_s``: watch may start together
+    with the job that creates it, but a wrong path must not mean waiting forever."""
+    deadline = time.monotonic() + limit_s
+    while not run_dir.is_dir():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
+    return True
+
+
 def job_finished(run_dir: Path, ranks: set[int]) -> bool:
     """Every rank that beat has written its clean-shutdown record."""
     events = RunDir(run_dir).path("events")
     for rank in ranks:
         try:
-            with open(events / f"rank{rank:05d}.jsonl", "rb") as fh:
+            with open_regular(events / f"rank{rank:05d}.jsonl") as fh:
                 fh.seek(max(0, os.fstat(fh.fileno()).st_size - 4096))
                 if b'"kind":"close"' not in fh.read():
                     return False
@@ -65,16 +84,19 @@ def watch(run_dir: Path, stall_s: float = 60.0, *, kill: bool = False, poll_s: f
           timeout_s: float | None = None, same_point_s: float | None = None,
           status: Callable[[str], None] = lambda _: None,
           stop: Callable[[], bool] = lambda: False,
-          slurm_job_id: str | None = None) -> WatchResult:
+          slurm_job_id: str | None = None,
+          warn: Callable[[str], None] | None = None) -> WatchResult:
     """Watch until a hang (then respond), the job finishing, ``stop()`` (the caller saw
     the job exit), or ``timeout_s``. ``slurm_job_id`` is the allocation the ranks run in,
-    through which stacks of ranks on other nodes are captured (default: SLURM_JOB_ID)."""
+    through which stacks of ranks on other nodes are captured (default: SLURM_JOB_ID).
+    ``warn`` (default: ``status``) hears once of each malformed heartbeat."""
     watcher = Watcher(stall_s, same_point_s)
     result = WatchResult(str(run_dir))
     last_line = None
-    deadline = time.monotonic() + timeout_s if timeout_s else None
+    deadline = time.monotonic() + timeout_s if timeout_s is not None else None
     while deadline is None or time.monotonic() < deadline:
-        beats = read_beats(run_dir)
+        beats, malformed = scan_beats(run_dir)
+        _note_malformed(result, malformed, warn or status)
         if (beats and job_finished(run_dir, set(beats))) or stop():
             result.ended = "job finished"
             return result
@@ -97,14 +119,25 @@ def respond(run_dir: Path, alarm: Alarm, result: WatchResult, kill: bool,
 
     result.alarm, result.ended = alarm, "hang detected"
     status(f"hang: ranks {list(alarm.laggards)} lag ({alarm.reason}); capturing stacks")
-    result.fr_requested = request_fr_dumps(alarm.beats, slurm_job_id)
-    result.captures = [capture_stack(run_dir, b, slurm_job_id)
-                       for _, b in sorted(alarm.beats.items()) if b.pid]
+    gate = Gate(run_dir, slurm_job_id)
+    result.fr_requested = request_fr_dumps(gate, alarm.beats)
+    result.captures = [capture_stack(gate, b) for _, b in sorted(alarm.beats.items())]
     _wait_for_fr(run_dir, result.fr_requested, alarm.detected_at)
     result.analysis = analyze(run_dir)
     if kill:
-        result.killed = end_job(alarm.beats)
-    (run_dir / "watch.json").write_text(json.dumps(result.to_json(), indent=2, default=str))
+        result.killed = end_job(gate, alarm.beats)
+    result.refused = gate.refused
+    for r in gate.refused:
+        status(f"did not {_DOING[r.action]} rank {r.rank}: {r.reason}")
+    write_replacing(run_dir / "watch.json",
+                    json.dumps(result.to_json(), indent=2, default=str))
+
+
+def _note_malformed(result: WatchResult, malformed: dict, warn: Callable[[str], None]) -> None:
+    for path, why in malformed.items():
+        if str(path) not in result.malformed:
+            result.malformed[str(path)] = why
+            warn(f"ignoring malformed heartbeat {path}: {why}")
 
 
 def _wait_for_fr(run_dir: Path, ranks: list[int], since: float) -> None:

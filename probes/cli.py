@@ -5,30 +5,14 @@ Exit codes: 0 nothing flagged, 1 slow links or ranks flagged, 2 the probe could 
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from pathlib import Path
 
 import click
 
+from diag.options import Seconds
 from probes.launch import GROUP_TIMEOUT_S, LAUNCHERS
-
-
-class Seconds(click.FloatRange):
-    """A timeout: more than 0 and finite (nan and inf pass a range check but break the
-    launcher's and gloo's timers)."""
-
-    name = "seconds"
-
-    def __init__(self) -> None:
-        super().__init__(min=0, min_open=True)
-
-    def convert(self, value, param, ctx) -> float:
-        seconds = super().convert(value, param, ctx)
-        if not math.isfinite(seconds):
-            self.fail(f"{value!r} is not a finite number of seconds; give one > 0", param, ctx)
-        return seconds
 
 
 def launch_options(fn):
@@ -96,7 +80,13 @@ def common_options(fn):
 
 @click.group()
 def probe() -> None:
-    """Measure links, collectives and compute across the job's ranks."""
+    """Measure links, collectives and compute across the job's ranks.
+
+    \b
+    Examples:
+      ddiag probe all --launcher slurm --nodes 4 --nproc-per-node 2
+      ddiag probe links --launcher slurm --nodes 4 --json
+    """
 
 
 def run_and_show(name: str, params: dict, opts: dict) -> None:
@@ -111,7 +101,9 @@ def run_and_show(name: str, params: dict, opts: dict) -> None:
     if spec:
         doc, result = run.probe_launched(name, params, spec, out, timeout, backend)
         if doc is None:
-            click.echo(result.stderr[-4000:], err=True)
+            from diag.terminal import plain_lines
+
+            click.echo(plain_lines(result.stderr[-4000:]), err=True)
             fail(f"probe {name}: rank 0 wrote no result (launcher exit {result.returncode}"
                  f"{', timed out' if result.timed_out else ''}); its output is above")
     elif job:
@@ -146,7 +138,12 @@ def show(name: str, doc: dict, as_json: bool) -> None:
               help="Flag links below this fraction of the median.")
 @common_options
 def links(seconds: float, max_bytes: int, slow_ratio: float, **opts) -> None:
-    """Pairwise bandwidth and latency between nodes (one rank per node)."""
+    """Pairwise bandwidth and latency between nodes (one rank per node).
+
+    \b
+    Examples:
+      ddiag probe links --launcher slurm --nodes 4
+    """
     if opts["launcher"] == "local":
         from diag.cli import fail
 
@@ -169,7 +166,12 @@ def links_params(seconds: float, max_bytes: int, slow_ratio: float) -> dict:
 @common_options
 def collectives(ops: str, min_bytes: int, max_bytes: int, factor: int, seconds: float,
                 **opts) -> None:
-    """Size sweep of collectives with algbw and busbw (nccl-tests definitions)."""
+    """Size sweep of collectives with algbw and busbw (nccl-tests definitions).
+
+    \b
+    Examples:
+      ddiag probe collectives --launcher local --nproc-per-node 2 --json
+    """
     run_and_show("collectives", collectives_params(ops, min_bytes, max_bytes, factor, seconds),
                  opts)
 
@@ -199,7 +201,12 @@ def collectives_params(ops: str, min_bytes: int, max_bytes: int, factor: int,
               help="Flag ranks below this fraction of the median.")
 @common_options
 def compute(n: int, dtype: str, seconds: float, slow_ratio: float, **opts) -> None:
-    """Matmul throughput of every rank, to find slow nodes."""
+    """Matmul throughput of every rank, to find slow nodes.
+
+    \b
+    Examples:
+      ddiag probe compute --launcher slurm --nodes 4 --nproc-per-node 8
+    """
     run_and_show("compute", compute_params(n, dtype, seconds, slow_ratio), opts)
 
 
@@ -219,7 +226,13 @@ def _defaults(command: click.Command, build) -> dict:
 @common_options
 def all_probes(**opts) -> None:
     """Links (multi-node jobs), collectives and compute, at their defaults, in one launch:
-    the ranks start and form their group once."""
+    the ranks start and form their group once.
+
+    \b
+    Examples:
+      ddiag probe all --launcher local --nproc-per-node 2
+      ddiag probe all --launcher slurm --nodes 4 --nproc-per-node 2 --json
+    """
     spec, _ = resolve_launch(opts)
     params = {"collectives": _defaults(collectives, collectives_params),
               "compute": _defaults(compute, compute_params)}

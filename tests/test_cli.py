@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from click.testing import CliRunner
 
 from diag import schema
@@ -58,3 +60,29 @@ def test_tables_off_a_terminal_are_not_folded_to_80_columns(monkeypatch):
     assert stdout_console().width == 120  # pytest captures stdout: not a terminal
     monkeypatch.setenv("COLUMNS", "90")
     assert stdout_console().width == 90  # the user's say wins
+
+
+def _commands(group, path=()):
+    for name, cmd in sorted(group.commands.items()):
+        yield (*path, name), cmd
+        if hasattr(cmd, "commands"):
+            yield from _commands(cmd, (*path, name))
+
+
+def test_every_command_help_shows_an_example():
+    runner = CliRunner()
+    missing = [" ".join(path) for path, _ in _commands(main)
+               if "Examples:" not in runner.invoke(main, [*path, "--help"]).output]
+    assert missing == []
+
+
+@pytest.mark.parametrize("args", [
+    ["scale-test", "--stall", "nan"], ["scale-test", "--stage-timeout", "0"],
+    ["scale-test", "--steps", "0"], ["scale-test", "--batch", "-1"],
+    ["scale-test", "--nproc-per-node", "0"], ["scale-test", "--master-port", "70000"],
+])
+def test_bad_scale_test_options_are_usage_errors_before_anything_runs(tmp_path, args):
+    out = tmp_path / "st"
+    res = CliRunner().invoke(main, [*args, "--dry-run", "--out", str(out)])
+    assert res.exit_code == 2 and args[1] in res.output, res.output
+    assert not out.exists()

@@ -250,3 +250,44 @@ def test_an_ignored_sigint_still_flushes_and_stays_ignored(tmp_path):
     finally:
         proc.kill()
         proc.wait(timeout=20)
+
+
+def test_the_reader_hands_out_clean_headers_and_records(tmp_path):
+    from diag.events import MAX_PROBLEMS_PER_FILE
+
+    path = tmp_path / "r.jsonl"
+    lines = [{**HEADER, "world_size": "4", "host": ["a"], "run_id": 7},
+             {"kind": "collective", "group": {"a": 1}, "seq": 1},
+             {"kind": "collective", "group": "0", "seq": 2},
+             {**HEADER, "rank": "one"}, {"kind": "step", "step": 0}]
+    path.write_bytes(b"".join(encode(r) for r in lines)
+                     + b"not json\n" * (MAX_PROBLEMS_PER_FILE + 50))
+    segments, problems = read_events(path)
+    (seg,) = segments
+    assert seg.rank == 3 and seg.header["world_size"] is None
+    assert seg.header["host"] is None and seg.header["run_id"] is None
+    assert [r["seq"] for r in seg.records] == [2]  # the dict group skipped; "one"'s step too
+    assert [p.line for p in problems[:5]] == [1, 1, 1, 2, 4]
+    assert len(problems) == MAX_PROBLEMS_PER_FILE + 1
+    assert problems[-1].line is None and "more problems" in problems[-1].message
+
+
+def test_a_named_pipe_among_the_event_logs_does_not_block_the_reader(tmp_path):
+    from diag.events import read_run_events
+
+    (tmp_path / "events").mkdir()
+    os.mkfifo(tmp_path / "events" / "rank00001.jsonl")
+    (tmp_path / "events" / "rank00000.jsonl").write_bytes(encode({**HEADER, "rank": 0}))
+
+    def stuck(signum, frame):
+        raise TimeoutError("the reader waits on the named pipe")
+
+    previous = signal.signal(signal.SIGALRM, stuck)
+    signal.alarm(20)
+    try:
+        logs, problems = read_run_events(tmp_path)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert sorted(logs) == [0]
+    assert problems[0].file.endswith("rank00001.jsonl") and "named pipe" in problems[0].message

@@ -114,3 +114,14 @@ def test_probe_tables_render_node_names_inert():
         out = console()
         render_probe(name, doc, out)
         assert_inert(out)
+
+
+def test_error_messages_quoting_a_hostile_path_are_inert(tmp_path):
+    import subprocess
+    import sys
+
+    missing = tmp_path / "x\x1b]0;title\x07y"
+    res = subprocess.run([sys.executable, "-m", "diag.cli", "analyze", str(missing)],
+                         capture_output=True, timeout=60)
+    assert res.returncode == 2 and b"no such file" in res.stderr
+    assert not re.search(rb"[\x00-\x08\x0b-\x1f\x7f]", res.stderr)

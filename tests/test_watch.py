@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 
@@ -91,7 +93,7 @@ def test_watch_names_the_hung_rank_and_its_frame_within_10s_and_ends_the_job(tmp
         job.wait(timeout=60)
     finally:
         if job.poll() is None:
-            job.kill()
+            os.killpg(job.pid, signal.SIGKILL)  # torchrun and its ranks: no orphans
     doc = assert_named_within_10s(res, out, rank=1)
     pids = [json.loads(p.read_text())["pid"] for p in (out / "heartbeat").glob("*.json")]
     assert pids_alive(pids) == []
@@ -110,6 +112,6 @@ def test_marked_20s_checkpoint_pause_gives_no_alarm(tmp_path):
         assert job.wait(timeout=60) == 0
     finally:
         if job.poll() is None:
-            job.kill()
+            os.killpg(job.pid, signal.SIGKILL)  # torchrun and its ranks: no orphans
     doc = json.loads(res.stdout)
     assert res.returncode == 0 and doc["alarm"] is None and doc["ended"] == "job finished"

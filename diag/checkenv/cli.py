@@ -21,15 +21,24 @@ from probes.cli import launch_options, resolve_launch
 @click.option("-v", "--verbose", is_flag=True, help="Also show checks that did not apply.")
 def check_env(all_ranks: bool, out: Path | None, as_json: bool, verbose: bool,
               **launch) -> None:
-    """Check the environment for launcher, network and host mistakes, before training."""
+    """Check the environment for launcher, network and host mistakes, before training.
+
+    \b
+    Examples:
+      ddiag check-env
+      ddiag check-env --launcher local --nproc-per-node 2 --json
+      torchrun --nproc-per-node 8 -m diag.cli check-env --all-ranks
+    """
     from diag.checkenv import run
+    from diag.terminal import plain_lines
 
     spec, job = resolve_launch(launch, in_job=all_ranks)
     out = out or run.default_out(job)
     if spec:
         report, stderr = run.check_launched(spec, out, launch["group_timeout"])
         if report.missing_ranks and stderr:
-            click.echo(f"ddiag: the launcher's stderr (last lines):\n{stderr}", err=True)
+            click.echo(f"ddiag: the launcher's stderr (last lines):\n{plain_lines(stderr)}",
+                       err=True)
     elif job:
         report = run.check_in_job(out, job, launch["group_timeout"])
         if report is None:  # not rank 0: rank 0 reports for everyone

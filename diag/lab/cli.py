@@ -33,7 +33,14 @@ def _fail(err: Exception) -> None:
 
 @click.group()
 def lab() -> None:
-    """A real multi-node cluster on this machine: network namespaces + Slurm (root)."""
+    """A real multi-node cluster on this machine: network namespaces + Slurm (root).
+
+    \b
+    Examples:
+      ddiag lab up --nodes 4
+      eval "$(ddiag lab env)" && srun -N4 hostname
+      ddiag lab down
+    """
 
 
 @lab.command()
@@ -48,7 +55,12 @@ def lab() -> None:
 @JSON_OPTION
 def up(nodes: int, slow_links: tuple[str, ...], broken: tuple[str, ...], timeout: float,
        name: str, as_json: bool) -> None:
-    """Create the nodes and start Slurm; return once every node is idle."""
+    """Create the nodes and start Slurm; return once every node is idle.
+
+    \b
+    Examples:
+      ddiag lab up --nodes 4
+    """
     from diag.lab import cluster, spec
 
     try:
@@ -67,7 +79,13 @@ def up(nodes: int, slow_links: tuple[str, ...], broken: tuple[str, ...], timeout
 @NAME_OPTION
 @JSON_OPTION
 def shape(links: tuple[str, ...], name: str, as_json: bool) -> None:
-    """Throttle a running lab's node both ways (nodeK=200mbit), or lift it (nodeK=off)."""
+    """Throttle a running lab's node both ways (nodeK=200mbit), or lift it (nodeK=off).
+
+    \b
+    Examples:
+      ddiag lab shape node4=200mbit
+      ddiag lab shape node4=off
+    """
     from diag.lab import cluster, spec
 
     try:
@@ -86,7 +104,13 @@ def shape(links: tuple[str, ...], name: str, as_json: bool) -> None:
 @NAME_OPTION
 @JSON_OPTION
 def block_port(ports: tuple[str, ...], unblock: bool, name: str, as_json: bool) -> None:
-    """Drop inbound TCP to PORT on nodeK's fabric link, as a host firewall would."""
+    """Drop inbound TCP to PORT on nodeK's fabric link, as a host firewall would.
+
+    \b
+    Examples:
+      ddiag lab block-port node2:29500
+      ddiag lab block-port node2:29500 --unblock
+    """
     from diag.lab import cluster, spec
 
     try:
@@ -103,7 +127,12 @@ def block_port(ports: tuple[str, ...], unblock: bool, name: str, as_json: bool) 
 @NAME_OPTION
 @JSON_OPTION
 def down(name: str, as_json: bool) -> None:
-    """Stop the lab's daemons and remove its namespaces, links and state dir."""
+    """Stop the lab's daemons and remove its namespaces, links and state dir.
+
+    \b
+    Examples:
+      ddiag lab down
+    """
     from diag.lab import cluster
 
     try:
@@ -125,7 +154,12 @@ def down(name: str, as_json: bool) -> None:
 @NAME_OPTION
 @JSON_OPTION
 def status(name: str, as_json: bool) -> None:
-    """Show the lab's nodes, addresses, daemons and Slurm node states."""
+    """Show the lab's nodes, addresses, daemons and Slurm node states.
+
+    \b
+    Examples:
+      ddiag lab status --json
+    """
     from diag.lab import cluster
 
     try:
@@ -140,7 +174,12 @@ def status(name: str, as_json: bool) -> None:
 @NAME_OPTION
 @JSON_OPTION
 def env(name: str, as_json: bool) -> None:
-    """Print export lines for the lab: eval "$(ddiag lab env)"."""
+    """Print export lines for the lab: eval "$(ddiag lab env)".
+
+    \b
+    Examples:
+      eval "$(ddiag lab env)"
+    """
     from diag.lab import cluster
 
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -23,6 +24,17 @@ def job_id(env: dict) -> str:
             return ids[0]
         subprocess.run(["sleep", "0.2"])
     raise AssertionError("the job never showed up in squeue")
+
+
+def running(job: str, env: dict) -> str:
+    """``job`` once it runs: a pending job takes no ``srun --overlap`` step."""
+    for _ in range(100):
+        state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True,
+                               text=True, env=env).stdout.strip()
+        if state == "RUNNING":
+            return job
+        subprocess.run(["sleep", "0.2"])
+    raise AssertionError(f"job {job} never ran")
 
 
 def test_watch_names_the_hung_rank_on_another_node_with_its_stack(session_lab, tmp_path):
@@ -47,3 +59,31 @@ def test_watch_names_the_hung_rank_on_another_node_with_its_stack(session_lab, t
     assert {c["rank"] for c in doc["captures"] if c["path"]} == {0, 1}  # via srun --overlap
     left = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout
     assert left.strip() == ""
+
+
+def test_watch_verifies_a_pid_on_its_node_before_signalling_it(session_lab, tmp_path):
+    # The lab's nodes share this host's pids: a regressed watcher would reach the victim.
+    from tests.test_watch_hostile import write_beat
+
+    env = lab_env(SESSION_LAB)
+    out = tmp_path / "run"
+    victim = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    job = subprocess.Popen(["srun", "--time=3", "-N1", "-w", "node2", "sleep", "120"], env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True)
+    try:
+        write_beat(out, 0, host="node2", pid=victim.pid, fr_signal="SIGUSR1")
+        watch_env = {**env, "SLURM_JOB_ID": running(job_id(env), env)}
+        res = run([sys.executable, "-m", "diag.cli", "watch", str(out), "--stall", "0.5",
+                   "--timeout", "60", "--json"], timeout=120, env=watch_env)
+        assert victim.poll() is None
+    finally:
+        for p in (victim, job):
+            p.kill()
+            p.wait()
+    assert res.returncode == 1, res.stderr[-2000:]
+    doc = json.loads(res.stdout)
+    assert doc["fr_requested"] == [] and doc["captures"][0]["path"] is None
+    refused = {r["action"]: r for r in doc["refused"]}
+    assert set(refused) == {"fr_dump", "stack"}
+    assert all(str(victim.pid) in r["reason"] for r in refused.values())  # said on node2
