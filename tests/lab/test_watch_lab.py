@@ -16,10 +16,12 @@ HANG = REPO / "tests" / "programs" / "hang_ddp.py"
 pytestmark = pytest.mark.lab
 
 
-def job_id(env: dict) -> str:
+def job_id(env: dict, name: str) -> str:
+    """The id of the job named ``name``: a job of an earlier test may still be
+    completing, and must not be taken for this one."""
     for _ in range(100):
-        ids = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True,
-                             env=env).stdout.split()
+        ids = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True,
+                             text=True, env=env).stdout.split()
         if ids:
             return ids[0]
         subprocess.run(["sleep", "0.2"])
@@ -27,8 +29,9 @@ def job_id(env: dict) -> str:
 
 
 def running(job: str, env: dict) -> str:
-    """``job`` once it runs: a pending job takes no ``srun --overlap`` step."""
-    for _ in range(100):
+    """``job`` once it runs: a pending job takes no ``srun --overlap`` step. It waits for
+    the nodes an earlier test's job still holds while it completes."""
+    for _ in range(300):
         state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True,
                                text=True, env=env).stdout.strip()
         if state == "RUNNING":
@@ -43,11 +46,12 @@ def test_watch_names_the_hung_rank_on_another_node_with_its_stack(session_lab, t
     node_cmd = (f"exec {TORCHRUN} --nnodes 2 --nproc-per-node 1 --node-rank $SLURM_NODEID "
                 f"--master-addr $DDIAG_LAB_MASTER_ADDR --master-port {free_port()} "
                 f"{HANG} --out {out} --hang-rank 1 --hang-step 30")
-    job = subprocess.Popen(["srun", "--time=3", "-N2", "-n2", "bash", "-c", node_cmd],
+    job = subprocess.Popen(["srun", "--time=3", "-J", "watch-hung", "-N2", "-n2", "bash",
+                            "-c", node_cmd],
                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            start_new_session=True)
     try:
-        watch_env = {**env, "SLURM_JOB_ID": job_id(env)}
+        watch_env = {**env, "SLURM_JOB_ID": job_id(env, "watch-hung")}
         res = run([sys.executable, "-m", "diag.cli", "watch", str(out), "--stall", "5", "--kill",
                    "--timeout", "150", "--json"], timeout=200, env=watch_env)
         job.wait(timeout=60)
@@ -68,12 +72,13 @@ def test_watch_verifies_a_pid_on_its_node_before_signalling_it(session_lab, tmp_
     env = lab_env(SESSION_LAB)
     out = tmp_path / "run"
     victim = subprocess.Popen(["sleep", "300"], start_new_session=True)
-    job = subprocess.Popen(["srun", "--time=3", "-N1", "-w", "node2", "sleep", "120"], env=env,
+    job = subprocess.Popen(["srun", "--time=3", "-J", "watch-verify", "-N1", "-w", "node2",
+                            "sleep", "120"], env=env,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            start_new_session=True)
     try:
         write_beat(out, 0, host="node2", pid=victim.pid, fr_signal="SIGUSR1")
-        watch_env = {**env, "SLURM_JOB_ID": running(job_id(env), env)}
+        watch_env = {**env, "SLURM_JOB_ID": running(job_id(env, "watch-verify"), env)}
         res = run([sys.executable, "-m", "diag.cli", "watch", str(out), "--stall", "0.5",
                    "--timeout", "60", "--json"], timeout=120, env=watch_env)
         assert victim.poll() is None
