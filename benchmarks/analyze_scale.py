@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from diag import schema
-from diag.eventlog import encode
+from diag.format import schema
+from diag.runtime.eventlog import encode
 
 T0 = 1_800_000_000.0
 HUNG_FRACTION = 137 / 512  # rank 137 of 512

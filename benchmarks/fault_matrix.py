@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from diag import schema  # noqa: E402
+from diag.format import schema  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MODES = ("ddp", "zero2", "pipeline")

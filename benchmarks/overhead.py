@@ -58,7 +58,8 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import diag
-from diag import collectives, instrument, schema
+from diag.runtime import collectives, instrument
+from diag.format import schema
 
 VARIANTS = ("stock", "hook", "ddiag")
 GOAL = 1.01

@@ -11,7 +11,7 @@ _INSTRUMENT_API = ("init", "log_step", "span", "record", "writer", "shutdown", "
 
 def __getattr__(name: str):
     if name in _INSTRUMENT_API:
-        from diag import instrument
+        from diag.runtime import instrument
 
         return getattr(instrument, name)
     raise AttributeError(f"module 'diag' has no attribute {name!r}")

@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
-from diag import schema
+from diag.format import schema
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 FACTORS: dict[str, Callable[[int], float]] = {

@@ -11,7 +11,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
-from diag import schema
+from diag.format import schema
 
 
 def tflops(n: int, iters: int, seconds: float) -> float:

@@ -12,8 +12,8 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from diag.rundir import RunDir
-from probes.launch import JobEnv
+from diag.format.rundir import RunDir
+from diag.launch import JobEnv
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
-from diag import schema
+from diag.format import schema
 
 PILOT_BYTES = 1 << 20
 PINGS = 10

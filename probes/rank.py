@@ -9,7 +9,7 @@ import argparse
 import json
 from pathlib import Path
 
-from probes.launch import GROUP_TIMEOUT_S, JobEnv
+from diag.launch import GROUP_TIMEOUT_S, JobEnv
 
 PROBES = ("links", "collectives", "compute")
 ALL = "all"
@@ -43,7 +43,7 @@ def run_probe(name: str, params: dict, job: JobEnv, out: Path,
 def _run_all(group, params: dict, out: Path) -> dict | None:
     """Several probes on one group (one start-up); each result goes to its own file, as
     if run alone, and rank 0 returns them together."""
-    from diag import schema
+    from diag.format import schema
     from probes.dist import write_result
 
     docs = {}
@@ -62,7 +62,7 @@ def _run_all(group, params: dict, out: Path) -> dict | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from probes.launch import job_env
+    from diag.launch import job_env
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("probe", choices=PROBES + (ALL,))

@@ -7,13 +7,13 @@ import os
 from pathlib import Path
 
 from probes.dist import result_path
-from probes.launch import GROUP_TIMEOUT_S, JobEnv, JobResult, LaunchSpec, run_job
+from diag.launch import GROUP_TIMEOUT_S, JobEnv, JobResult, LaunchSpec, run_job
 
 
 def default_out() -> Path:
     """$DDIAG_RUN_DIR inside a job, else runs/probe-<time>-<id> beside check-env's and
     scale-test's runs."""
-    from diag.rundir import fresh_run_dir
+    from diag.format.rundir import fresh_run_dir
 
     if os.environ.get("DDIAG_RUN_DIR"):
         return Path(os.environ["DDIAG_RUN_DIR"])

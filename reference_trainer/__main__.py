@@ -7,8 +7,8 @@ import sys
 import time
 
 import diag
-from diag import flight_recorder
-from diag.rundir import resolve_run_dir
+from diag.runtime import flight_recorder
+from diag.format.rundir import resolve_run_dir
 from reference_trainer import config, distributed
 from reference_trainer.trainer import Trainer
 

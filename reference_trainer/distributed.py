@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from diag import flight_recorder
+from diag.runtime import flight_recorder
 
 
 @dataclass(frozen=True)

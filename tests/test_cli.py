@@ -8,9 +8,9 @@ import pytest
 
 from click.testing import CliRunner
 
-from diag import schema
+from diag.format import schema
 from diag.cli import main
-from diag.eventlog import encode
+from diag.runtime.eventlog import encode
 
 
 def write_rank(run_dir, rank: int, world: int, steps: int, torn: bool = False) -> None:
@@ -54,7 +54,7 @@ def test_version():
 
 
 def test_tables_off_a_terminal_are_not_folded_to_80_columns(monkeypatch):
-    from diag.render import stdout_console
+    from diag.report.terminal import stdout_console
 
     monkeypatch.delenv("COLUMNS", raising=False)
     assert stdout_console().width == 120  # pytest captures stdout: not a terminal

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from diag import schema
-from diag.eventlog import EventWriter, encode
-from diag.events import read_events
-from diag.rundir import RunDir, ensure_run_json
+from diag.format import schema
+from diag.runtime.eventlog import EventWriter, encode
+from diag.format.events import read_events
+from diag.format.rundir import RunDir, ensure_run_json
 from tests.util import EXAMPLE, quiet_env, run
 
 HEADER = {"kind": "header", **schema.stamp(schema.EVENTS), "rank": 3, "world_size": 4}
@@ -35,8 +35,8 @@ def test_records_round_trip_with_header_and_nonfinite_values(tmp_path):
 
 
 def test_integers_beyond_64_bits_are_written_as_strings_the_reader_reads(tmp_path):
-    from diag.eventlog import _json_encode
-    from diag.events import json_loads
+    from diag.runtime.eventlog import _json_encode
+    from diag.format.events import json_loads
 
     big = {"kind": "mine", "big": 10**400, "neg": -(2**63) - 1, "fits": 2**64 - 1,
            "nested": {"ids": [2**64, -(2**63)], "x": float("nan")}, "huge": 10**5000}
@@ -190,8 +190,8 @@ def test_run_json_is_created_once_and_never_overwritten(tmp_path):
 
 
 SIGNAL_CHILD = """
-import signal, sys, time, diag.eventlog as el
-from diag import schema
+import signal, sys, time, diag.runtime.eventlog as el
+from diag.format import schema
 # A job started in the background of a non-interactive shell (nohup ... &) inherits
 # SIGINT ignored, and ddiag rightly keeps it ignored; this test is about the default.
 signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -253,7 +253,7 @@ def test_an_ignored_sigint_still_flushes_and_stays_ignored(tmp_path):
 
 
 def test_the_reader_hands_out_clean_headers_and_records(tmp_path):
-    from diag.events import MAX_PROBLEMS_PER_FILE
+    from diag.format.events import MAX_PROBLEMS_PER_FILE
 
     path = tmp_path / "r.jsonl"
     lines = [{**HEADER, "world_size": "4", "host": ["a"], "run_id": 7},
@@ -273,7 +273,7 @@ def test_the_reader_hands_out_clean_headers_and_records(tmp_path):
 
 
 def test_a_named_pipe_among_the_event_logs_does_not_block_the_reader(tmp_path):
-    from diag.events import read_run_events
+    from diag.format.events import read_run_events
 
     (tmp_path / "events").mkdir()
     os.mkfifo(tmp_path / "events" / "rank00001.jsonl")

@@ -12,8 +12,8 @@ import torch
 import torch.distributed as dist
 
 import diag
-from diag import instrument
-from diag.events import read_run_events
+from diag.runtime import instrument
+from diag.format.events import read_run_events
 from tests.util import REPO
 
 
@@ -177,7 +177,7 @@ NO_TORCH = """
 import sys
 sys.modules["torch"] = None  # any `import torch` now raises ImportError
 from diag.cli import main
-import diag.summary, diag.events, diag.render, diag.rundir
+import diag.analyze.summary, diag.format.events, diag.report.terminal, diag.format.rundir
 sys.argv = ["ddiag"] + sys.argv[1:]
 main()
 """
@@ -253,7 +253,7 @@ def test_forked_child_does_not_write_the_parents_queue(run_dir):
     diag.record("mine", n=1)
     pid = os.fork()
     if pid == 0:  # child: a DataLoader worker would be here
-        from diag import eventlog
+        from diag.runtime import eventlog
 
         eventlog.flush_all()
         os._exit(0)
@@ -301,7 +301,7 @@ def test_grad_check_trusts_buckets_only_when_they_cover_every_trainable_paramete
 
 
 def test_a_bucket_call_reads_as_the_full_record_in_the_heartbeat():
-    from diag.collectives import BucketPlan, CollectiveRecorder, Deferred, _bucket_record
+    from diag.runtime.collectives import BucketPlan, CollectiveRecorder, Deferred, _bucket_record
 
     rec = CollectiveRecorder(lambda r: None, lambda: {"rank": 0, "step": 3, "t": 10.0})
     fixed = {"kind": "collective", "op": "all_reduce", "group": "0", "in_numel": 5,

@@ -97,7 +97,7 @@ def test_prometheus_scrapes_both_ranks_with_their_labels(prometheus):
 def test_records_update_metrics_and_the_textfile(tmp_path):
     from prometheus_client import generate_latest
 
-    from diag.metrics import RankMetrics, _write_textfile
+    from diag.runtime.metrics import RankMetrics, _write_textfile
 
     m = RankMetrics(rank=3, local_rank=1, host="node2", job="j")
     m.observe({"kind": "step", "step": 7, "dur_s": 0.25, "loss": "nan", "grad_norm": 2.0,
@@ -122,8 +122,8 @@ def test_a_taken_or_bad_port_is_named_with_its_variable_and_training_goes_on(
     import socket
 
     import diag
-    from diag import instrument
-    from diag.events import read_run_events
+    from diag.runtime import instrument
+    from diag.format.events import read_run_events
 
     holder = socket.socket()
     holder.bind(("127.0.0.1", 0))

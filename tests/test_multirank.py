@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from diag.events import read_events, read_run_events
+from diag.format.events import read_events, read_run_events
 from tests.util import EXAMPLE, pids_alive, quiet_env, run, torchrun_cmd
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from diag.outfile import OutputFileError, check_new, write_new
+from diag.format.outfile import OutputFileError, check_new, write_new
 
 
 def test_writes_a_new_file(tmp_path):

@@ -15,17 +15,17 @@ from pathlib import Path
 from rich.console import Console
 
 from diag.analyze import Analysis
-from diag.analyze.types import Category, Culprit, Evidence, Finding, Severity
-from diag.checkenv.render import render as render_check_env
+from diag.verdict import Category, Culprit, Evidence, Finding, Severity
+from diag.report.checkenv import render as render_check_env
 from diag.checkenv.report import Report
 from diag.checkenv.types import CheckResult, Status
-from diag.events import Problem
-from diag.render import plain, render_analysis, render_summary, render_watch
-from diag.summary import RankSummary, RunSummary
-from diag.watch import Alarm
-from diag.watch_capture import Capture
-from diag.watch_run import WatchResult
-from probes.render import render as render_probe
+from diag.format.events import Problem
+from diag.report.terminal import plain, render_analysis, render_summary, render_watch
+from diag.analyze.summary import RankSummary, RunSummary
+from diag.watch.decide import Alarm
+from diag.watch.capture import Capture
+from diag.watch.loop import WatchResult
+from diag.report.probes import render as render_probe
 
 HOSTILE = "a\x1b]52;c;cHduZWQ=\x07b\x1b]0;title\x07c\x9b31md[red]x[/red][link=http://e]y[/link]\r\n"
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 
-from diag.watch import RankBeat, Watcher
+from diag.watch.decide import RankBeat, Watcher
 from tests.util import REPO, pids_alive, quiet_env, run, torchrun_cmd
 
 HANG = REPO / "tests" / "programs" / "hang_ddp.py"

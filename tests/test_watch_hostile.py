@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from diag import schema
+from diag.format import schema
 from diag.cli import main
-from diag.rundir import RunDir
-from diag.watch import RankBeat, read_beats, scan_beats
-from diag.watch_capture import guarded_cmd, rank_started
-from diag.watch_verify import REFUSED_EXIT, why_not_rank
+from diag.format.rundir import RunDir
+from diag.watch.decide import RankBeat, read_beats, scan_beats
+from diag.watch.capture import guarded_cmd, rank_started
+from diag.watch.verify import REFUSED_EXIT, why_not_rank
 from tests.util import REPO, pids_alive, quiet_env, run
 
 RANK_PROGRAM = REPO / "tests" / "programs" / "watch_rank.py"

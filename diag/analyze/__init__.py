@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass, field, replace
 
 from diag.analyze.inputs import Inputs, Limits, load
 from diag.analyze.runs import Run, one_job, refusal, runs_of
-from diag.analyze.types import Category, Finding, Severity
-from diag.events import Problem
-from diag.ranks import first_ranks, missing_ranges, ranges_text
+from diag.verdict import Category, Finding, Severity
+from diag.format.events import Problem
+from diag.format.ranks import first_ranks, missing_ranges
 
 ANALYSIS_FORMAT = "ddiag.analysis"
 ANALYSIS_SCHEMA = 1

@@ -11,7 +11,7 @@ import math
 import sys
 from dataclasses import dataclass
 
-from diag.analyze.types import Evidence
+from diag.verdict import Evidence
 
 PENDING = "pending"
 DONE = "done"

@@ -17,13 +17,13 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diag import schema
+from diag.format import schema
 from diag.analyze.collops import CollOp, fr_ops
 from diag.analyze.docsize import DocumentTooLarge, expanded_size
 from diag.analyze.safe_pickle import UnsafePickleError, loads_plain
 from diag.analyze.signals import Signal
-from diag.events import Problem, RankLog, read_events
-from diag.infile import NotRegularFile, file_kind, open_regular, reason
+from diag.format.events import Problem, RankLog, read_events
+from diag.format.infile import NotRegularFile, file_kind, open_regular, reason
 
 SNIFF_BYTES = 4096
 MB = 2**20

@@ -20,9 +20,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from diag.events import RankLog
-from diag.ranks import as_ranges, ranges_text
-from diag.rundir import is_generated_run_id
+from diag.format.events import RankLog
+from diag.format.ranks import as_ranges, ranges_text
+from diag.format.rundir import is_generated_run_id
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from diag.analyze.types import Evidence
+from diag.verdict import Evidence
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from diag.analyze.signals import Signal
-from diag.schema import MAX_WORLD_SIZE
+from diag.format.schema import MAX_WORLD_SIZE
 
 MAX_LINE = 8192  # longer lines are cut before parsing: a regex over 1 MB of junk is a stall
 _ANY_TIME_WINDOW = 72  # timestamps sit near the start of a line

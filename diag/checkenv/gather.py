@@ -19,8 +19,8 @@ from pathlib import Path
 from diag.checkenv.collect import collect
 from diag.checkenv.report import run_local
 from diag.checkenv.snapshot import GroupOutcome, Snapshot, read_snapshots, write_snapshot
-from diag.rundir import RunDir, ensure_run_json, launcher_run_id
-from probes.launch import GROUP_TIMEOUT_S, JobEnv
+from diag.format.rundir import RunDir, ensure_run_json, launcher_run_id
+from diag.launch import GROUP_TIMEOUT_S, JobEnv
 
 
 def snapshot_path(out: Path, rank: int) -> Path:
@@ -89,7 +89,7 @@ def wait_for_snapshots(out: Path, world_size: int, timeout_s: float, launch: str
 
 
 def main(argv: list[str] | None = None) -> int:
-    from probes.launch import job_env
+    from diag.launch import job_env
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from diag import schema
+from diag.format import schema
 from diag.checkenv.collect import probe_port, resolve
 from diag.checkenv.types import ENV, UNREACHABLE, CheckResult, fail, ok
 
@@ -31,7 +31,7 @@ CHECK = "net.rendezvous"
 # --- one task per node ------------------------------------------------------------------
 
 def _master(env=os.environ) -> str:
-    from probes.launch import expand_nodelist
+    from diag.launch import expand_nodelist
 
     nodes = expand_nodelist(env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST", ""))
     return nodes[0] if nodes else "127.0.0.1"

@@ -11,7 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Sequence
 
-from diag import schema
+from diag.format import schema
 from diag.checkenv import checks_host, checks_launch, checks_master, checks_net, checks_vars
 from diag.checkenv.checks_cross import run_cross
 from diag.checkenv.facts import RankFacts

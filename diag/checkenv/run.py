@@ -19,8 +19,8 @@ from diag.checkenv.gather import check_here, run_rank, wait_for_snapshots
 from diag.checkenv.report import Report, build_report
 from diag.checkenv.snapshot import read_snapshots, snapshot_from_json
 from diag.checkenv.types import CheckResult, fail
-from diag.rundir import fresh_run_dir, launcher_run_id
-from probes.launch import GROUP_TIMEOUT_S, JobEnv, LaunchSpec, random_port, run_job
+from diag.format.rundir import fresh_run_dir, launcher_run_id
+from diag.launch import GROUP_TIMEOUT_S, JobEnv, LaunchSpec, random_port, run_job
 
 
 def default_out(job: JobEnv | None = None) -> Path:

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diag import schema
+from diag.format import schema
 from diag.checkenv.facts import RankFacts, facts_from_json
 from diag.checkenv.types import CheckResult
 

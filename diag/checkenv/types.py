@@ -15,7 +15,7 @@ class Status(str, enum.Enum):
     SKIP = "skip"
 
 
-# The analyze categories a check result maps to (diag.analyze.types.Category values).
+# The analyze categories a check result maps to (diag.verdict.Category values).
 ENV = "env_misconfig"
 IFACE = "wrong_interface"
 VERSION = "version_mismatch"

@@ -10,7 +10,7 @@ from pathlib import Path
 from diag.lab.spec import (
     FABRIC_IFNAME, MGMT_IFNAME, STATE_ROOT, Layout, LabError, Node, SlowLink, parse_rate,
 )
-from diag import schema
+from diag.format import schema
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import statistics
 
 from diag.analyze import Analysis
 from diag.analyze.inputs import Inputs
-from diag.ranks import ranges_text
+from diag.format.ranks import ranges_text
 from diag.report.svg import NORMAL, SLOW, esc as _e, page, rect, svg, text
 from diag.report.views import binned_matrix, collective_progress, step_times
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass, field
 
-from diag.events import RankLog
+from diag.format.events import RankLog
 
 WARMUP_STEPS = 5
 

@@ -7,7 +7,7 @@ import shlex
 from pathlib import Path
 from typing import Mapping
 
-from diag import schema
+from diag.format import schema
 from diag.scaletest.config import ScaleTestConfig
 
 JOB_NAME = "ddiag-scale-test"

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from diag import schema
-from diag.events import read_run_events
+from diag.format import schema
+from diag.format.events import read_run_events
 from diag.scaletest.config import ScaleTestConfig
 from diag.scaletest.measure import (PROBE_NORMALISED, RAW, HostReading, StageMetrics,
                                     as_json, efficiencies, efficiency_basis, falls,

@@ -145,8 +145,8 @@ def injections_for(specs: tuple[str, ...], world_size: int) -> list[str]:
 def trainer_cmd(cfg: ScaleTestConfig, stage: int, run_dir: Path
                 ) -> tuple[list[str], dict[str, str]]:
     """The trainer launched the way check-env and the probes launch their ranks
-    (probes.launch: torchrun here, or srun with one torchrun per node)."""
-    from probes.launch import LaunchSpec, command, parse_env_on
+    (diag.launch: torchrun here, or srun with one torchrun per node)."""
+    from diag.launch import LaunchSpec, command, parse_env_on
 
     args = ["--mode", cfg.mode, "--steps", str(cfg.steps),
             "--batch", str(cfg.per_rank_batch(stage)), "--out", str(run_dir), "--json",
@@ -167,7 +167,7 @@ def trainer_cmd(cfg: ScaleTestConfig, stage: int, run_dir: Path
 def run_trainer(cfg: ScaleTestConfig, stage: int, run_dir: Path,
                 status: Callable[[str], None]) -> tuple[StepOutcome, dict | None]:
     """The trainer with the hang watcher beside it; a hang or a timeout ends the stage."""
-    from diag.watch_run import watch
+    from diag.watch.loop import watch
 
     start = time.monotonic()
     log_dir = run_dir / "logs"

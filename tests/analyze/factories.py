@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from diag import schema
-from diag.eventlog import encode
+from diag.format import schema
+from diag.runtime.eventlog import encode
 
 T0 = 1_800_000_000.0
 

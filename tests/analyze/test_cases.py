@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from diag.analyze import analyze
-from diag.analyze.types import Severity
+from diag.verdict import Severity
 
 CASES = Path(__file__).resolve().parent / "cases"
 

@@ -8,10 +8,10 @@ import pickle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from diag import schema
+from diag.format import schema
 from diag.analyze import analyze
-from diag.eventlog import encode
-from diag.events import read_events
+from diag.runtime.eventlog import encode
+from diag.format.events import read_events
 
 SETTINGS = settings(max_examples=80, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])

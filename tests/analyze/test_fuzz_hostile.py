@@ -17,13 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from diag import schema
+from diag.format import schema
 from diag.analyze import analyze
-from diag.eventlog import encode
-from diag.render import render_analysis, render_summary
+from diag.runtime.eventlog import encode
+from diag.report.terminal import render_analysis, render_summary
 from diag.report.html import render_html
-from diag.summary import summarize
-from diag.watch import read_beats
+from diag.analyze.summary import summarize
+from diag.watch.decide import read_beats
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture,

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from diag import schema
+from diag.format import schema
 from diag.analyze import analyze
 from diag.cli import main
-from diag.events import read_events
+from diag.format.events import read_events
 from tests.analyze.factories import RankWriter, billion_laughs, write_events
 from tests.util import REPO, run
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from diag import schema
+from diag.format import schema
 from diag.analyze import analyze
 from diag.checkenv.report import run_local
 from diag.report.html import render_html

@@ -6,7 +6,7 @@ import socket
 import threading
 import time
 
-from diag import schema
+from diag.format import schema
 from diag.checkenv import rendezvous
 from diag.checkenv.types import Status
 from tests.util import free_port

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from diag import schema
+from diag.format import schema
 from diag.analyze import analyze
 from diag.analyze.detectors import DETECTORS, env_snapshots
 from diag.checkenv.report import attach, build_report, merge, run_local

@@ -15,7 +15,7 @@ from diag.lab.slurm import render_hosts, render_slurm_conf, slurmd_argv
 from diag.lab.spec import LabError, LabSpec, SlowLink
 from diag.lab.state import LabPaths, LabState, from_json, to_json
 from diag.lab.throughput import check_lab_addr, rate_mbit
-from diag.schema import SchemaError
+from diag.format.schema import SchemaError
 
 
 def layout(nodes: int = 4, octet: int = 7, **kw) -> spec.Layout:

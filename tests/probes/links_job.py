@@ -9,7 +9,7 @@ import os
 
 from probes import links
 from probes.dist import close_group, form_group
-from probes.launch import job_env
+from diag.launch import job_env
 
 
 def main() -> None:

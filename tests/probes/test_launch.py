@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from probes.launch import (
+from diag.launch import (
     LaunchError, LaunchSpec, expand_nodelist, job_env, local_command, parse_env_on,
     slurm_command,
 )

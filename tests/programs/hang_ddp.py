@@ -12,7 +12,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import diag
-from diag import flight_recorder
+from diag.runtime import flight_recorder
 
 
 def main() -> None:

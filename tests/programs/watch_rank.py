@@ -8,7 +8,7 @@ import os
 import threading
 
 import diag
-from diag import flight_recorder
+from diag.runtime import flight_recorder
 
 
 def main() -> None:

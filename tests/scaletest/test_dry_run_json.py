@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from diag import schema
+from diag.format import schema
 from tests.util import run
 
 

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 from rich.console import Console
 
-from diag.render import scale_test_status
+from diag.report.terminal import scale_test_status
 from diag.scaletest import plan
 from diag.scaletest.config import ScaleTestConfig
 from tests.util import run
@@ -109,8 +109,8 @@ def test_cli_outside_an_allocation_execs_salloc(tmp_path):
 
 def test_the_hang_watcher_gets_the_allocation(tmp_path):
     from diag.scaletest.stage import _watch_into
-    from diag.watch import RankBeat
-    from diag.watch_capture import on_node
+    from diag.watch.decide import RankBeat
+    from diag.watch.capture import on_node
 
     seen = {}
 

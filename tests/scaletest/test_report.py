@@ -11,8 +11,8 @@ import sys
 
 from rich.console import Console
 
-from diag.events import read_run_events
-from diag.render import render_scale_test
+from diag.format.events import read_run_events
+from diag.report.terminal import render_scale_test
 from diag.report.scale_test_html import (
     NORMALISED, _title, render_scale_test_html, scaling_curve_svg,
 )

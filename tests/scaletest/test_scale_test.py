@@ -13,7 +13,7 @@ import pytest
 from diag.scaletest.config import ScaleTestConfig, default_stages
 from diag.scaletest.measure import StageMetrics, efficiencies, falls, stage_metrics
 from tests.analyze.factories import RankWriter
-from diag.events import read_run_events
+from diag.format.events import read_run_events
 from tests.util import pids_alive, run
 
 

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from diag.events import RankLog, read_run_events
+from diag.format.events import RankLog, read_run_events
 from tests.util import free_port, quiet_env
 
 STRAY_WAIT_S = 20.0  # a killed rank's loader workers notice within ~5 s

@@ -1,4 +1,4 @@
-"""diag.flight_recorder: enabling, atomic dumps, and dumps on signals that chain on."""
+"""diag.runtime.flight_recorder: enabling, atomic dumps, and dumps on signals that chain on."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import signal
 import subprocess
 import sys
 
-from diag import flight_recorder
+from diag.runtime import flight_recorder
 from tests.util import quiet_env
 
 
 def test_importing_it_does_not_import_torch():
-    code = "import sys, diag.flight_recorder; assert 'torch' not in sys.modules"
+    code = "import sys, diag.runtime.flight_recorder; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
@@ -45,7 +45,7 @@ def test_write_atomic_leaves_the_whole_file_and_no_temporaries(tmp_path):
 SIGNALLED_RANK = """
 import os, signal, sys, time
 import torch, torch.distributed as dist
-from diag import flight_recorder
+from diag.runtime import flight_recorder
 out = sys.argv[1]
 flight_recorder.enable()
 dist.init_process_group("gloo", init_method="file://" + out + "/store", rank=0, world_size=1)

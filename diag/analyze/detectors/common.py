@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from diag.analyze.inputs import RANK_IN_NAME, Inputs
-from diag.analyze.types import Evidence
+from diag.verdict import Evidence
 
 
 def exception_ranks(inputs: Inputs) -> set[int]:

@@ -5,9 +5,9 @@ hold snapshots that were never merged, when the job died before rank 0 reported)
 
 from __future__ import annotations
 
-from diag import schema
+from diag.format import schema
 from diag.analyze.inputs import Inputs
-from diag.analyze.types import Category, Culprit, Evidence, Finding, Severity
+from diag.verdict import Category, Culprit, Evidence, Finding, Severity
 from diag.checkenv.rendezvous import check_rendezvous
 from diag.checkenv.report import build_report
 from diag.checkenv.snapshot import Snapshot, snapshot_from_json

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from diag.analyze.inputs import Inputs
-from diag.analyze.types import Category, Culprit, Evidence, Finding, Severity
+from diag.verdict import Category, Culprit, Evidence, Finding, Severity
 
 # Messages of exceptions that a rank raises because a *peer* failed or vanished.
 COMM_FAILURE = re.compile(

@@ -13,8 +13,8 @@ from diag.analyze.detectors.common import (blocking_frame, closed_ranks, comm_wa
                                            exception_ranks, stack_evidence)
 from diag.analyze.inputs import Inputs
 from diag.analyze.progress import PENDING, CollOp, group_members, groups_of, heartbeats
-from diag.analyze.types import Category, Culprit, Evidence, Finding, Severity
-from diag.instrument_names import STEP_PHASES
+from diag.verdict import Category, Culprit, Evidence, Finding, Severity
+from diag.format.names import STEP_PHASES
 
 
 def detect(inputs: Inputs) -> list[Finding]:

@@ -7,8 +7,8 @@ import ipaddress
 from collections import defaultdict
 
 from diag.analyze.signals import Signal
-from diag.schema import MAX_WORLD_SIZE
-from diag.analyze.types import Category, Culprit, Evidence, Finding, Severity
+from diag.format.schema import MAX_WORLD_SIZE
+from diag.verdict import Category, Culprit, Evidence, Finding, Severity
 
 MAX_EVIDENCE = 8
 

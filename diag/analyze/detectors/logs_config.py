@@ -10,7 +10,7 @@ from collections import defaultdict
 from diag.analyze.detectors.logs_common import (SignalIndex, bare_address, classify_address,
                                                 env_values, index, is_ip, make, multi_node)
 from diag.analyze.signals import Signal
-from diag.analyze.types import Category, Finding, Severity
+from diag.verdict import Category, Finding, Severity
 
 DETECTOR = "logs_config"
 _WHY = {"netmask": "a netmask, not a host", "wildcard": "the wildcard address, not a host",

@@ -16,7 +16,7 @@ from diag.analyze.detectors.logs_common import (
     ranks_seen,
 )
 from diag.analyze.signals import Signal
-from diag.analyze.types import Category, Finding, Severity
+from diag.verdict import Category, Finding, Severity
 
 DETECTOR = "logs_failures"
 

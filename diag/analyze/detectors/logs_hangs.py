@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from diag.analyze.detectors.logs_common import (SignalIndex, earliest, fmt_ranks, index, make,
                                                 own_failures, world_size)
 from diag.analyze.signals import Signal
-from diag.analyze.types import Category, Finding, Severity
+from diag.verdict import Category, Finding, Severity
 
 DETECTOR = "logs_hangs"
 # torch's barrier is a 1-element ALLREDUCE; these are the other control-flow collectives

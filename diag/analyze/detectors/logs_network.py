@@ -6,7 +6,7 @@ from __future__ import annotations
 from diag.analyze.detectors.logs_common import (SignalIndex, bare_address, classify_address,
                                                 env_values, index, is_loopback, make, multi_node)
 from diag.analyze.signals import Signal
-from diag.analyze.types import Category, Finding, Severity
+from diag.verdict import Category, Finding, Severity
 
 DETECTOR = "logs_network"
 # errno -> (how sure a failed connect means "unreachable", what it usually is)

@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 from statistics import median
 
 from diag.analyze.detectors.logs_common import SignalIndex, index, make
-from diag.analyze.types import Category, Finding, Severity
+from diag.verdict import Category, Finding, Severity
 
 DETECTOR = "logs_perf"
 MIN_REPORTS = 3

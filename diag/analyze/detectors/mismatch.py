@@ -15,7 +15,7 @@ from operator import attrgetter
 from diag.analyze.inputs import Inputs
 from diag.analyze.collops import SIZE_RULED_OPS
 from diag.analyze.progress import CollOp, groups_of
-from diag.analyze.types import Category, Culprit, Finding, Severity
+from diag.verdict import Category, Culprit, Finding, Severity
 
 SCATTER_OPS = {"reduce_scatter_tensor", "reduce_scatter_single", "_reduce_scatter_base"}
 GATHER_OPS = SIZE_RULED_OPS - SCATTER_OPS

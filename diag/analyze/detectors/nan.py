@@ -11,7 +11,7 @@ non-finite (their forward produced it), else those whose gradients were.
 from __future__ import annotations
 
 from diag.analyze.inputs import Inputs
-from diag.analyze.types import Category, Culprit, Evidence, Finding, Severity
+from diag.verdict import Category, Culprit, Evidence, Finding, Severity
 
 NONFINITE = {"nan", "inf", "-inf"}
 

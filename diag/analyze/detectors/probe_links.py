@@ -7,9 +7,9 @@ factor). This turns its verdict into findings with the measured rates as evidenc
 
 from __future__ import annotations
 
-from diag import schema
+from diag.format import schema
 from diag.analyze.inputs import Inputs
-from diag.analyze.types import Category, Culprit, Evidence, Finding, Severity
+from diag.verdict import Category, Culprit, Evidence, Finding, Severity
 
 
 def detect(inputs: Inputs) -> list[Finding]:

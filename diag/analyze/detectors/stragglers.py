@@ -16,7 +16,7 @@ import statistics
 from diag.analyze.collops import CollOp
 from diag.analyze.inputs import Inputs
 from diag.analyze.progress import DONE, groups_of
-from diag.analyze.types import Category, Culprit, Evidence, Finding, Severity
+from diag.verdict import Category, Culprit, Evidence, Finding, Severity
 
 WARMUP_SEQS = 3
 MIN_STEPS = 8         # synchronized steps before anyone is called a straggler

@@ -8,7 +8,7 @@ from rich.table import Table
 from diag.checkenv.checks_cross import span
 from diag.checkenv.report import Report
 from diag.checkenv.types import CheckResult, Status
-from diag.render import quote, stdout_console
+from diag.report.terminal import quote, stdout_console
 
 STYLE = {Status.FAIL: "bold red", Status.WARN: "yellow", Status.OK: "green", Status.SKIP: "dim"}
 

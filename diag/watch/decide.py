@@ -2,7 +2,7 @@
 
 The decision is a pure function of successive heartbeat snapshots (``Watcher.observe``);
 capturing stacks and Flight Recorder dumps, and ending the job, are edges in
-``diag.watch_capture``.
+``diag.watch.capture``.
 
 A stall alone is not a hang: a long first step, a checkpoint or an evaluation also stop
 progress. A hang is a stall in which the ranks *disagree*: some sit in (or past) a
@@ -25,10 +25,10 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diag import schema
-from diag.infile import NotRegularFile, open_regular
-from diag.instrument_names import STEP_PHASES
-from diag.rundir import RunDir
+from diag.format import schema
+from diag.format.infile import NotRegularFile, open_regular
+from diag.format.names import STEP_PHASES
+from diag.format.rundir import RunDir
 
 HEARTBEAT_STALE_S = 10.0  # a writer thread beats every second; this long silent = gone
 MAX_HEARTBEAT_BYTES = 1 << 20  # a heartbeat is under a kilobyte; more is not one

@@ -6,9 +6,9 @@ import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from diag.events import Problem, RankLog, read_run_events
-from diag.ranks import as_ranges, first_ranks, missing_ranges, ranges_text
-from diag.rundir import RunDir, read_run_json
+from diag.format.events import Problem, RankLog, read_run_events
+from diag.format.ranks import as_ranges, first_ranks, missing_ranges, ranges_text
+from diag.format.rundir import RunDir, read_run_json
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from diag import schema
-from diag.infile import open_regular, reason
-from diag.rundir import RunDir
+from diag.format import schema
+from diag.format.infile import open_regular, reason
+from diag.format.rundir import RunDir
 
 try:  # a 512-rank run is ~10^6 lines: orjson parses them ~4x faster than json
     from orjson import loads as json_loads

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from diag.render import quote
+from diag.report.terminal import quote
 
 
 def _cell(rate: float, median: float, slow: bool) -> str:

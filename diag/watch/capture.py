@@ -2,7 +2,7 @@
 
 Every rank's heartbeat names its pid and host. Ranks on this host are reached directly;
 ranks on other nodes of a Slurm job through ``srun --overlap`` onto their node. Either way
-nothing is signalled or traced before ``diag.watch_verify`` has checked, where the pid
+nothing is signalled or traced before ``diag.watch.verify`` has checked, where the pid
 lives, that it is a rank of this run (``Gate``); what it refuses is reported.
 """
 
@@ -20,11 +20,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from diag import watch_verify
-from diag.infile import open_regular
-from diag.rundir import RunDir
-from diag.watch import RankBeat
-from diag.watch_verify import REFUSED_EXIT, start_ticks, why_not_rank
+from diag.watch import verify as watch_verify
+from diag.format.infile import open_regular
+from diag.format.rundir import RunDir
+from diag.watch.decide import RankBeat
+from diag.watch.verify import REFUSED_EXIT, start_ticks, why_not_rank
 
 PYSPY_TIMEOUT_S = 20.0
 FR_SIGNAL = "SIGUSR1"  # the only signal a Flight Recorder dump is ever requested with
@@ -54,7 +54,7 @@ class Refusal:
 
 class Gate:
     """Lets the watcher act only on pids verified as this run's ranks
-    (``diag.watch_verify``): here before acting, on another node by the same check run
+    (``diag.watch.verify``): here before acting, on another node by the same check run
     there in front of the command. Keeps every refusal."""
 
     def __init__(self, run_dir: Path, job_id: str | None = None) -> None:
@@ -141,7 +141,7 @@ def on_node(beat: RankBeat, cmd: list[str], job_id: str | None = None) -> list[s
 
 
 def guarded_cmd(run_dir: Path, beat: RankBeat, argv: list[str]) -> list[str]:
-    """``argv`` behind ``diag.watch_verify``'s check of the beat's pid, as one command
+    """``argv`` behind ``diag.watch.verify``'s check of the beat's pid, as one command
     for the rank's node: the check runs where the pid lives. Assumes this Python at the
     same path there, as the ranks' own ddiag does."""
     started = rank_started(run_dir, beat)

@@ -16,9 +16,9 @@ from rich.progress import (BarColumn, Progress, ProgressColumn, SpinnerColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from diag.ranks import ranges_text
-from diag.summary import RunSummary
-from diag.terminal import plain
+from diag.format.ranks import ranges_text
+from diag.analyze.summary import RunSummary
+from diag.report.text import plain
 
 _SEVERITY_STYLE = {"critical": "bold red", "error": "red", "warn": "yellow", "info": "dim"}
 

@@ -80,7 +80,7 @@ def _comm(pid: int) -> str:
 
 
 def _events(run_dir: str, rank: int) -> str:
-    # diag.rundir's layout, spelled out: this file runs on nodes without ddiag's imports.
+    # diag.format.rundir's layout, spelled out: this file runs on nodes without ddiag's imports.
     return os.path.join(run_dir, "events", f"rank{rank:05d}.jsonl")
 
 

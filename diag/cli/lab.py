@@ -26,7 +26,7 @@ def _log(message: str) -> None:
 
 
 def _fail(err: Exception) -> None:
-    from diag.cli import fail
+    from diag.cli.output import fail
 
     fail(str(err))
 
@@ -140,7 +140,7 @@ def down(name: str, as_json: bool) -> None:
     except LabError as err:
         _fail(err)
     if as_json:
-        from diag.cli import emit_json
+        from diag.cli.output import emit_json
 
         emit_json(report.to_json())
     elif not report.found_anything:
@@ -187,7 +187,7 @@ def env(name: str, as_json: bool) -> None:
     except LabError as err:
         _fail(err)
     if as_json:
-        from diag.cli import emit_json
+        from diag.cli.output import emit_json
 
         emit_json(values)
     else:
@@ -208,7 +208,7 @@ def _state_of(name: str) -> LabState:
 
 def _render_status(result: LabStatus, as_json: bool) -> None:
     if as_json:
-        from diag.cli import emit_json
+        from diag.cli.output import emit_json
 
         emit_json(result.to_json())
     else:

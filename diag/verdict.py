@@ -1,7 +1,8 @@
-"""The values ``ddiag analyze`` works with: inputs' facts in, findings out.
+"""The verdict vocabulary every command shares: a finding's category, severity, culprit,
+evidence and fix.
 
-Detectors are pure functions ``(Inputs) -> list[Finding]``: they never print or read
-files. Loaders build ``Inputs``; the renderers turn an ``Analysis`` into a report.
+analyze's detectors are pure functions ``(Inputs) -> list[Finding]``; check-env, watch and
+scale-test speak the same words, and the renderers turn them into reports.
 """
 
 from __future__ import annotations

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from diag import schema
-from diag.infile import open_regular
-from diag.rundir import RunDir
-from diag.watch import Alarm, Watcher, scan_beats
-from diag.watch_capture import (Capture, Gate, Refusal, capture_stack, end_job,
+from diag.format import schema
+from diag.format.infile import open_regular
+from diag.format.rundir import RunDir
+from diag.watch.decide import Alarm, Watcher, scan_beats
+from diag.watch.capture import (Capture, Gate, Refusal, capture_stack, end_job,
                                 request_fr_dumps, write_replacing)
 
 FR_WAIT_S = 3.0

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from probes.cli import launch_options, resolve_launch
+from diag.cli.options import launch_options, resolve_launch
 
 
 @click.command("check-env")
@@ -30,7 +30,7 @@ def check_env(all_ranks: bool, out: Path | None, as_json: bool, verbose: bool,
       torchrun --nproc-per-node 8 -m diag.cli check-env --all-ranks
     """
     from diag.checkenv import run
-    from diag.terminal import plain_lines
+    from diag.report.text import plain_lines
 
     spec, job = resolve_launch(launch, in_job=all_ranks)
     out = out or run.default_out(job)
@@ -56,11 +56,11 @@ def show(report, as_json: bool, verbose: bool) -> None:
     from diag.checkenv.types import Status
 
     if as_json:
-        from diag.cli import emit_json
+        from diag.cli.output import emit_json
 
         emit_json(report.to_json())
     else:
-        from diag.checkenv.render import render
+        from diag.report.checkenv import render
 
         render(report, verbose)
     sys.exit(1 if report.status is Status.FAIL or report.missing_ranks else 0)

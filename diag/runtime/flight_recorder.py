@@ -209,6 +209,6 @@ os.register_at_fork(after_in_child=_watcher.forget_after_fork)
 
 def dump_path(run_dir: str | os.PathLike, rank: int) -> Path:
     """``RUN_DIR/fr/rank{R:05d}.json``."""
-    from diag.rundir import RunDir
+    from diag.format.rundir import RunDir
 
     return RunDir(Path(run_dir)).path("fr", rank, ".json")

@@ -23,12 +23,12 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from diag import schema
-from diag.collectives import (CollectiveRecorder, Deferred, StepBuckets, ddp_recording_hook,
+from diag.format import schema
+from diag.runtime.collectives import (CollectiveRecorder, Deferred, StepBuckets, ddp_recording_hook,
                               dtype_name, hook_state, install)
-from diag.eventlog import FLUSH_INTERVAL_S, EventWriter, install_signal_flush
-from diag.instrument_names import STEP_PHASES
-from diag.rundir import RunDir, ensure_run_json, launcher_run_id, resolve_run_dir
+from diag.runtime.eventlog import FLUSH_INTERVAL_S, EventWriter, install_signal_flush
+from diag.format.names import STEP_PHASES
+from diag.format.rundir import RunDir, ensure_run_json, launcher_run_id, resolve_run_dir
 
 log = logging.getLogger("ddiag")
 
@@ -137,7 +137,7 @@ class _State:
 
     def _start_metrics(self, writer: EventWriter, where: _Rank, run_id: str) -> None:
         try:
-            from diag import metrics
+            from diag.runtime import metrics
 
             self.metrics = metrics.start(writer, where.rank, where.local_rank, where.host, run_id)
         except Exception as exc:  # noqa: BLE001 - e.g. the port is taken: train on
@@ -172,7 +172,7 @@ class _State:
 def _fr_dump_signal() -> str | None:
     """The signal that makes this process dump its Flight Recorder, when a handler is
     installed (the hang watcher sends it; without a handler SIGUSR1 would kill)."""
-    fr = sys.modules.get("diag.flight_recorder")
+    fr = sys.modules.get("diag.runtime.flight_recorder")
     return "SIGUSR1" if fr is not None and fr.installed() else None
 
 
@@ -188,7 +188,7 @@ def init(run_dir: str | os.PathLike | None = None, *, grad_every: int = 1,
     Optional: the first ``log_step`` call does it with the defaults. Call it yourself
     to set options, or to record collectives issued before the first step.
     ``metrics`` (default: $DDIAG_METRICS == "1") exports Prometheus metrics
-    (see ``diag.metrics``). ``flush_interval_s``: how long records may wait in memory
+    (see ``diag.runtime.metrics``). ``flush_interval_s``: how long records may wait in memory
     before the writer thread writes them (a SIGKILL loses at most that much).
     """
     global _state
@@ -615,7 +615,7 @@ def total_norm(norms: list) -> float:
 def _reset() -> None:
     """Close the log and unwrap the collectives, so that a test can ``init`` afresh."""
     global _state
-    from diag.collectives import uninstall
+    from diag.runtime.collectives import uninstall
 
     shutdown()
     uninstall()

@@ -11,58 +11,7 @@ from pathlib import Path
 
 import click
 
-from diag.options import Seconds
-from probes.launch import GROUP_TIMEOUT_S, LAUNCHERS
-
-
-def launch_options(fn):
-    """The options ``probe`` and ``check-env --all-ranks`` share to start ranks."""
-    for option in reversed([
-        click.option("--launcher", type=click.Choice(LAUNCHERS), default=None,
-                     help="Start the ranks: local = torchrun on this host, slurm = srun with "
-                          "one torchrun per node. Omit inside torchrun/srun."),
-        click.option("--nodes", default=1, show_default=True, help="Nodes (slurm)."),
-        click.option("--nproc-per-node", default=1, show_default=True, help="Ranks per node."),
-        click.option("--env-on", "env_on", multiple=True, metavar="NODE:VAR=VALUE",
-                     callback=_check_env_on,
-                     help="Set VAR on one node only, to rehearse a misconfiguration. "
-                          "Repeatable."),
-        click.option("--master-port", type=click.IntRange(1, 65535), default=None,
-                     help="Port of the rendezvous store (default: a free one)."),
-        click.option("--timeout", "launch_timeout", default=300.0, show_default=True,
-                     type=Seconds(), help="Seconds before a launched job is stopped."),
-        click.option("--group-timeout", default=GROUP_TIMEOUT_S, show_default=True,
-                     type=Seconds(),
-                     help="Seconds ranks wait for each other to form the process group."),
-    ]):
-        fn = option(fn)
-    return fn
-
-
-def _check_env_on(ctx, param, values: tuple[str, ...]) -> tuple[str, ...]:
-    """Refuse a malformed NODE:VAR=VALUE as a usage error, even where it is not used."""
-    from probes.launch import LaunchError, parse_env_on
-
-    try:
-        parse_env_on(values)
-    except LaunchError as err:
-        raise click.BadParameter(str(err).removeprefix("--env-on "), ctx, param) from None
-    return values
-
-
-def resolve_launch(opts: dict, in_job: bool = True):
-    """(LaunchSpec, None) with --launcher; else (None, the job we run in, or None)."""
-    from diag.cli import fail
-    from probes.launch import LaunchError, LaunchSpec, job_env, parse_env_on
-
-    try:
-        if opts["launcher"]:
-            return LaunchSpec(opts["launcher"], opts["nodes"], opts["nproc_per_node"],
-                              parse_env_on(opts["env_on"]), opts["master_port"],
-                              opts["launch_timeout"]), None
-        return None, job_env() if in_job else None
-    except LaunchError as err:
-        fail(str(err))
+from diag.cli.options import launch_options, resolve_launch
 
 
 def common_options(fn):
@@ -90,7 +39,7 @@ def probe() -> None:
 
 
 def run_and_show(name: str, params: dict, opts: dict) -> None:
-    from diag.cli import fail
+    from diag.cli.output import fail
     from probes import run
 
     if broken := run.import_breakers(os.environ):
@@ -101,7 +50,7 @@ def run_and_show(name: str, params: dict, opts: dict) -> None:
     if spec:
         doc, result = run.probe_launched(name, params, spec, out, timeout, backend)
         if doc is None:
-            from diag.terminal import plain_lines
+            from diag.report.text import plain_lines
 
             click.echo(plain_lines(result.stderr[-4000:]), err=True)
             fail(f"probe {name}: rank 0 wrote no result (launcher exit {result.returncode}"
@@ -118,11 +67,11 @@ def run_and_show(name: str, params: dict, opts: dict) -> None:
 
 def show(name: str, doc: dict, as_json: bool) -> None:
     if as_json:
-        from diag.cli import emit_json
+        from diag.cli.output import emit_json
 
         emit_json(doc)
     else:
-        from probes.render import render
+        from diag.report.probes import render
 
         for part, part_doc in (doc["probes"].items() if name == "all" else [(name, doc)]):
             render(part, part_doc)
@@ -145,7 +94,7 @@ def links(seconds: float, max_bytes: int, slow_ratio: float, **opts) -> None:
       ddiag probe links --launcher slurm --nodes 4
     """
     if opts["launcher"] == "local":
-        from diag.cli import fail
+        from diag.cli.output import fail
 
         fail("probe links measures between nodes and --launcher local has one; use "
              "--launcher slurm --nodes N, or run it inside a multi-node job")
@@ -178,7 +127,7 @@ def collectives(ops: str, min_bytes: int, max_bytes: int, factor: int, seconds: 
 
 def collectives_params(ops: str, min_bytes: int, max_bytes: int, factor: int,
                        seconds: float) -> dict:
-    from diag.cli import fail
+    from diag.cli.output import fail
     from probes.collectives import OPS, sweep_sizes
 
     names = [o.strip() for o in ops.split(",") if o.strip()]

@@ -21,8 +21,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from diag import schema
-from diag.infile import open_regular
+from diag.format import schema
+from diag.format.infile import open_regular
 
 SUBDIRS = ("events", "heartbeat", "env", "fr", "stacks", "probes", "logs")
 DEFAULT_RUN_DIR = "ddiag-run"

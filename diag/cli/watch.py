@@ -1,0 +1,50 @@
+"""``ddiag watch``: a live job's heartbeats; on a hang, every rank's stack and who."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from diag.cli.options import Seconds
+from diag.cli.output import emit_json, fail, say
+
+
+@click.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--stall", "stall_s", type=Seconds(), default=60.0, show_default=True,
+              help="Seconds without progress on any rank before a hang is considered.")
+@click.option("--kill", is_flag=True, help="End the job once a hang is captured.")
+@click.option("--timeout", "timeout_s", type=Seconds(), default=None,
+              help="Stop watching after this many seconds (default: until the job ends).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+def watch(run_dir: Path, stall_s: float, kill: bool, timeout_s: float | None,
+          as_json: bool) -> None:
+    """Watch a live job's heartbeats; on a hang, capture every rank's stack and say who.
+
+    \b
+    Examples:
+      ddiag watch runs/job-42 --stall 120
+      ddiag watch $DDIAG_RUN_DIR --stall 60 --kill --json
+    """
+    from diag.report.terminal import render_watch
+    from diag.watch.loop import DIR_APPEAR_S, wait_for_dir
+    from diag.watch.loop import watch as run_watch
+
+    if run_dir.exists() and not run_dir.is_dir():
+        fail(f"{run_dir}: not a directory; pass the --out / DDIAG_RUN_DIR of the job")
+    limit = min(DIR_APPEAR_S, timeout_s or DIR_APPEAR_S)
+    if not run_dir.exists():
+        say(f"ddiag watch: waiting up to {limit:g} s for {run_dir} to appear")
+    if not wait_for_dir(run_dir, limit):
+        fail(f"{run_dir}: no such directory after {limit:g} s; pass the --out / "
+             "DDIAG_RUN_DIR the job writes to")
+    result = run_watch(run_dir, stall_s, kill=kill, timeout_s=timeout_s,
+                       status=lambda line: say(f"ddiag watch: {line}") if not as_json else None,
+                       warn=lambda line: say(f"ddiag watch: {line}"))
+    if as_json:
+        emit_json(result.to_json())
+    else:
+        render_watch(result)
+    sys.exit(1 if result.alarm else 0)
