@@ -8,7 +8,7 @@ STAMP   := $(VENV)/.ddiag-installed
 RUN_DIR ?= runs/scale-test-$(shell date +%Y%m%d-%H%M%S)
 PYTEST_ARGS ?=
 
-.PHONY: demo test venv system-deps clean
+.PHONY: demo test test-fast venv system-deps clean
 
 venv: $(STAMP)
 
@@ -31,6 +31,11 @@ system-deps:
 
 test: $(STAMP) system-deps
 	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
+
+# The fast tier, for the edit-test loop: no test that launches ranks or a job for more than
+# a few seconds, nothing that needs root (docs/development.md). CI runs `make test`.
+test-fast: $(STAMP)
+	$(VENV)/bin/pytest -q -m "not slow and not lab" $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) runs

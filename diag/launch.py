@@ -1,7 +1,9 @@
 """Where ranks come from: the job we already run in (torchrun or srun), or one we start
 with the standard launchers (torchrun on this host; srun with one torchrun per node).
 
-Used by ``ddiag probe`` and ``ddiag check-env --all-ranks``. Nothing here imports torch.
+Used by ``ddiag probe``, ``ddiag check-env --all-ranks`` and ``ddiag scale-test``; ``stop``
+is how every ddiag command ends processes (SIGTERM, a grace period, then SIGKILL).
+Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 LAUNCHERS = ("local", "slurm")
+"""The launchers ddiag starts ranks with: ``local`` is torchrun on this host, ``slurm`` is
+srun with one torchrun per node."""
 GROUP_TIMEOUT_S = 10.0
 """How long ranks wait for each other to form a process group: short, because a group
 that has not formed in seconds is broken (the default of 30 minutes hides that)."""
@@ -40,6 +44,11 @@ class JobEnv:
     master_port: int
     launcher: str
     """torchrun (RANK/WORLD_SIZE set) or srun (SLURM_PROCID/SLURM_NTASKS only)."""
+
+    @property
+    def rendezvous_id(self) -> str:
+        """The rendezvous store's host-port: a name every rank of the job shares."""
+        return f"{self.master_addr}-{self.master_port}"
 
     @property
     def init_method(self) -> str:
@@ -228,16 +237,54 @@ def run_job(spec: LaunchSpec, module: str, args: Sequence[str]) -> JobResult:
         out, err = proc.communicate(timeout=spec.timeout_s)
         timed_out = False
     except subprocess.TimeoutExpired:
-        out, err = _stop(proc)
+        stop_group(proc, kill_wait_s=None)
+        out, err = proc.communicate()
         timed_out = True
     return JobResult(argv, proc.returncode, out, err, time.monotonic() - start, timed_out)
 
 
-def _stop(proc: subprocess.Popen) -> tuple[str, str]:
-    # srun forwards SIGTERM to its tasks; a SIGKILL of srun alone would orphan them.
-    os.killpg(proc.pid, signal.SIGTERM)
+# --- stopping processes -----------------------------------------------------------------
+
+STOP_GRACE_S = 10.0
+"""Seconds between SIGTERM and SIGKILL: time for the ranks' handlers to flush their event
+logs and dump the Flight Recorder."""
+
+
+def stop(send: Callable[[int], object], ended: Callable[[float | None], bool],
+         grace_s: float = STOP_GRACE_S, kill_wait_s: float | None = 5.0) -> bool:
+    """SIGTERM, up to ``grace_s`` for the processes to end, then SIGKILL what is left.
+
+    ``send(signum)`` signals them (a process group, or pids the caller has verified);
+    ``ended(seconds)`` waits up to that long (None: for ever) and says whether they have
+    all ended. Returns whether they ended within ``kill_wait_s`` of the SIGKILL.
+    """
+    send(signal.SIGTERM)
+    if ended(grace_s):
+        return True
+    send(signal.SIGKILL)
+    return ended(kill_wait_s)
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S,
+               kill_wait_s: float | None = 5.0) -> bool:
+    """Stop the process group ``proc`` leads (started with ``start_new_session``): the
+    whole group, because srun forwards SIGTERM to its tasks and a SIGKILL of srun alone
+    would orphan them. What ``proc`` printed stays readable with ``proc.communicate()``."""
+    return stop(lambda signum: _signal_group(proc.pid, signum),
+                lambda seconds: _wait_draining(proc, seconds), grace_s, kill_wait_s)
+
+
+def _signal_group(pgid: int, signum: int) -> None:
     try:
-        return proc.communicate(timeout=10)
+        os.killpg(pgid, signum)
+    except ProcessLookupError:  # every process of the group has ended and been reaped
+        pass
+
+
+def _wait_draining(proc: subprocess.Popen, seconds: float | None) -> bool:
+    # communicate, not wait: a rank blocked writing to a full pipe would never end.
+    try:
+        proc.communicate(timeout=seconds)
+        return True
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        return proc.communicate()
+        return False

@@ -1,13 +1,16 @@
 """The verdict vocabulary every command shares: a finding's category, severity, culprit,
 evidence and fix.
 
-analyze's detectors are pure functions ``(Inputs) -> list[Finding]``; check-env, watch and
-scale-test speak the same words, and the renderers turn them into reports.
+analyze's detectors are pure functions ``(Inputs) -> list[Finding]``; check-env's checks
+return results in the same words (a ``Status`` of the check, mapped to a ``Severity``), watch
+and scale-test report them, and the renderers turn them into reports. Fix texts that more
+than one command gives live in ``diag.fixes``.
 """
 
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -40,6 +43,29 @@ class Severity(enum.IntEnum):
     CRITICAL = 3
 
 
+class Status(str, enum.Enum):
+    """Outcome of one check (check-env): did it apply, and did it pass.
+
+    ``skip`` means it does not apply here (no GPUs, no job). A check that passed or did
+    not apply is no problem: its severity is INFO, as for an informational finding; a
+    warning is WARN and a failure ERROR (``severity``). No check result is CRITICAL: that
+    is left to analyze, which sees what the job did.
+    """
+
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"
+
+    @property
+    def severity(self) -> Severity:
+        return STATUS_SEVERITY[self]
+
+
+STATUS_SEVERITY = {Status.OK: Severity.INFO, Status.SKIP: Severity.INFO,
+                   Status.WARN: Severity.WARN, Status.FAIL: Severity.ERROR}
+
+
 @dataclass(frozen=True)
 class Evidence:
     """One quoted line from the user's inputs: where it is and what it says."""
@@ -50,7 +76,21 @@ class Evidence:
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}" if self.line is not None else self.file
-        return f"{where}: {self.text}"
+        return f"{where}: {self.text}" if where else self.text
+
+    @classmethod
+    def from_text(cls, text: str) -> "Evidence":
+        """The inverse of ``str()`` for a source without ``": "`` in its name: check-env's
+        JSON keeps its evidence as these strings. A string with no source is all text."""
+        m = _WHERE.match(text)
+        if not m:
+            return cls("", None, text)
+        line = m["line"]
+        return cls(m["file"], int(line) if line else None, m["text"])
+
+
+# "file:12: text", "file: text"; the source has no ": " of its own.
+_WHERE = re.compile(r"(?P<file>[^:\s][^:]*?)(?::(?P<line>\d+))?: (?P<text>.*)\Z", re.DOTALL)
 
 
 @dataclass(frozen=True)

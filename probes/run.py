@@ -3,21 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from probes.dist import result_path
 from diag.launch import GROUP_TIMEOUT_S, JobEnv, JobResult, LaunchSpec, run_job
-
-
-def default_out() -> Path:
-    """$DDIAG_RUN_DIR inside a job, else runs/probe-<time>-<id> beside check-env's and
-    scale-test's runs."""
-    from diag.format.rundir import fresh_run_dir
-
-    if os.environ.get("DDIAG_RUN_DIR"):
-        return Path(os.environ["DDIAG_RUN_DIR"])
-    return fresh_run_dir("probe")
 
 
 def import_breakers(env) -> list[str]:

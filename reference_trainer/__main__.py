@@ -8,7 +8,7 @@ import time
 
 import diag
 from diag.runtime import flight_recorder
-from diag.format.rundir import resolve_run_dir
+from diag.format.rundir import training_run_dir
 from reference_trainer import config, distributed
 from reference_trainer.trainer import Trainer
 
@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:  # a --device this host cannot serve
         print(f"python -m reference_trainer: error: {exc}", file=sys.stderr)
         return 2
-    run_dir = resolve_run_dir(cfg.out)
+    run_dir = training_run_dir(cfg.out)
     diag.init(run_dir)
     flight_recorder.install(flight_recorder.dump_path(run_dir, env.rank))
     try:

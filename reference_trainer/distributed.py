@@ -25,11 +25,6 @@ class Dist:
     backend: str
 
 
-def launcher_world_size() -> int:
-    """The world size torchrun or srun announced (1 when run alone)."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
 def pick_device(name: str, local_rank: int) -> torch.device:
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"

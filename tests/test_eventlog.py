@@ -16,7 +16,8 @@ import pytest
 from diag.format import schema
 from diag.runtime.eventlog import EventWriter, encode
 from diag.format.events import read_events
-from diag.format.rundir import RunDir, ensure_run_json
+from diag.format.rundir import (RUNS, TRAINING_RUN_DIR, RunDir, default_run_dir,
+                                ensure_run_json, training_run_dir)
 from tests.util import EXAMPLE, quiet_env, run
 
 HEADER = {"kind": "header", **schema.stamp(schema.EVENTS), "rank": 3, "world_size": 4}
@@ -187,6 +188,33 @@ def test_run_json_is_created_once_and_never_overwritten(tmp_path):
     assert first["run_id"] == second["run_id"] == "run-a"
     assert json.loads(rd.run_json.read_text())["run_id"] == "run-a"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".run.json")]
+
+
+LAUNCHER_IDS = ("DDIAG_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID", "TORCHELASTIC_RUN_ID")
+
+
+def test_a_command_given_no_out_gets_a_new_folder_under_runs(monkeypatch):
+    for var in ("DDIAG_RUN_DIR", *LAUNCHER_IDS):
+        monkeypatch.delenv(var, raising=False)
+    first, second = default_run_dir("probe"), default_run_dir("probe")
+    assert first.parent == second.parent == RUNS and first != second
+    assert first.name.startswith("probe-")
+    # Every rank of a job derives the same folder: the launcher's run id, else the job's.
+    assert default_run_dir("check-env", "node1-29500") == RUNS / "check-env-node1-29500"
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    assert default_run_dir("check-env", "node1-29500") == RUNS / "check-env-slurm-42"
+    assert default_run_dir("scale-test", own_run=True).name.startswith("scale-test-2")
+
+
+def test_ddiag_run_dir_is_joined_except_by_a_command_that_starts_runs_of_its_own(monkeypatch):
+    monkeypatch.setenv("DDIAG_RUN_DIR", "/data/job7")
+    assert default_run_dir("check-env", "node1-29500") == Path("/data/job7")
+    assert default_run_dir("probe") == Path("/data/job7")
+    assert default_run_dir("scale-test", own_run=True).parent == RUNS
+    assert training_run_dir() == Path("/data/job7")
+    assert training_run_dir("mine") == Path("mine")
+    monkeypatch.delenv("DDIAG_RUN_DIR")
+    assert training_run_dir() == TRAINING_RUN_DIR == Path("ddiag-run")
 
 
 SIGNAL_CHILD = """

@@ -73,6 +73,7 @@ def prometheus(tmp_path, training):
 
 
 @needs_prometheus
+@pytest.mark.slow
 def test_prometheus_scrapes_both_ranks_with_their_labels(prometheus):
     def two_ranks():
         res = query(prometheus, "/api/v1/query", query="ddiag_steps_total > 0")["data"]["result"]

@@ -16,6 +16,8 @@ import pytest
 from diag.format.events import read_events, read_run_events
 from tests.util import EXAMPLE, pids_alive, quiet_env, run, torchrun_cmd
 
+pytestmark = pytest.mark.slow  # every test launches gloo ranks through torchrun (4-8 s each)
+
 
 def test_two_ddp_ranks_log_matching_collectives(tmp_path):
     out = tmp_path / "run"

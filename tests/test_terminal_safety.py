@@ -15,10 +15,10 @@ from pathlib import Path
 from rich.console import Console
 
 from diag.analyze import Analysis
-from diag.verdict import Category, Culprit, Evidence, Finding, Severity
+from diag.verdict import Category, Culprit, Evidence, Finding, Severity, Status
 from diag.report.checkenv import render as render_check_env
 from diag.checkenv.report import Report
-from diag.checkenv.types import CheckResult, Status
+from diag.checkenv.types import CheckResult
 from diag.format.events import Problem
 from diag.report.terminal import plain, render_analysis, render_summary, render_watch
 from diag.analyze.summary import RankSummary, RunSummary
@@ -87,7 +87,7 @@ def test_watch_renders_capture_errors_and_its_analysis_inert():
 
 def test_check_env_renders_results_nodes_and_problems_inert():
     result = CheckResult(f"check{HOSTILE}", Status.FAIL, f"summary {HOSTILE}", f"fix {HOSTILE}",
-                         ranks=(0,), nodes=(f"node{HOSTILE}",))
+                         culprit=Culprit(ranks=(0,), hosts=(f"node{HOSTILE}",)))
     report = Report((result,), 1, {f"node{HOSTILE}": [0]}, problems=(HOSTILE,),
                     run_dir=f"run{HOSTILE}")
     out = console()

@@ -8,7 +8,10 @@ import signal
 import subprocess
 import sys
 
-from diag.watch.decide import RankBeat, Watcher
+import pytest
+
+from diag.format.heartbeat import RankBeat
+from diag.watch.decide import Watcher
 from tests.util import REPO, pids_alive, quiet_env, run, torchrun_cmd
 
 HANG = REPO / "tests" / "programs" / "hang_ddp.py"
@@ -36,7 +39,7 @@ def test_disagreeing_ranks_alarm_after_the_stall():
     stuck = [beat(0, 10, 11, pending={"op": "all_reduce", "seq": 11}), beat(1, 9, 10, span="data")]
     alarm, at = feed(Watcher(stall_s=5), [stuck] * 10)
     assert alarm.laggards == (1,) and alarm.waiting == (0,)
-    assert at == 105.0 and alarm.reason == "ranks disagree on progress"
+    assert at == 105.0 and "disagree" in alarm.reason
 
 
 def test_marked_pause_on_the_laggard_is_not_a_hang():
@@ -58,7 +61,7 @@ def test_same_point_stall_waits_for_the_longer_limit():
     # A long first step (compile) looks like this: alive, and nobody moves.
     same = [[beat(0, 0, 0, t=100 + i), beat(1, 0, 0, t=100 + i)] for i in range(30)]
     alarm, at = feed(Watcher(stall_s=5, same_point_s=20), same)
-    assert at == 120.0 and alarm.reason == "every rank stopped at the same point"
+    assert at == 120.0 and "same point" in alarm.reason
 
 
 def test_a_silent_heartbeat_is_a_dead_rank():
@@ -81,6 +84,7 @@ def assert_named_within_10s(res, out, rank: int) -> dict:
     return doc
 
 
+@pytest.mark.slow
 def test_watch_names_the_hung_rank_and_its_frame_within_10s_and_ends_the_job(tmp_path):
     out = tmp_path / "run"
     job = subprocess.Popen(torchrun_cmd(2, HANG, "--out", str(out), "--hang-rank", "1",
@@ -100,6 +104,7 @@ def test_watch_names_the_hung_rank_and_its_frame_within_10s_and_ends_the_job(tmp
     assert {c["rank"] for c in doc["captures"] if c["path"]} == {0, 1}
 
 
+@pytest.mark.slow
 def test_marked_20s_checkpoint_pause_gives_no_alarm(tmp_path):
     out = tmp_path / "run"
     job = subprocess.Popen(torchrun_cmd(2, HANG, "--out", str(out), "--steps", "60",

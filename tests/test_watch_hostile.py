@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from diag.format import schema
 from diag.cli import main
 from diag.format.rundir import RunDir
-from diag.watch.decide import RankBeat, read_beats, scan_beats
+from diag.format.heartbeat import RankBeat, read_beats, scan_beats
 from diag.watch.capture import guarded_cmd, rank_started
 from diag.watch.verify import REFUSED_EXIT, why_not_rank
 from tests.util import REPO, pids_alive, quiet_env, run
@@ -119,7 +119,18 @@ def test_a_rank_under_a_wrapper_shell_started_with_the_same_env_is_a_rank(tmp_pa
     shell = procs(["sh", "-c", "sleep 300 & echo $!; wait"], env=env, stdout=subprocess.PIPE,
                   text=True)
     rank = int(shell.stdout.readline())
+    exec_done(rank, "sleep")
     assert why_not_rank(str(tmp_path), 0, rank, None) is None
+
+
+def exec_done(pid: int, comm: str) -> None:
+    """``$!`` is printed right after the fork: wait until the child has become ``comm``
+    (its environment reads empty while exec replaces its memory)."""
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}/comm").read_text().strip() != comm or \
+            not Path(f"/proc/{pid}/environ").read_bytes():
+        assert time.monotonic() < deadline, f"pid {pid} never became {comm}"
+        time.sleep(0.01)
 
 
 def test_a_relative_run_dir_resolves_against_the_ranks_cwd(tmp_path, procs):

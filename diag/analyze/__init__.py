@@ -57,10 +57,6 @@ class Analysis:
     outcome: Outcome = Outcome.CLEAN
     refusal: str | None = None  # why nothing was analysed, and what to pass instead
 
-    @property
-    def problems_found(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity > Severity.INFO]
-
     def to_json(self) -> dict:
         return {
             "schema": ANALYSIS_SCHEMA, "format": ANALYSIS_FORMAT, "root": self.root,

@@ -12,6 +12,9 @@ import json
 
 from diag.analyze.collops import DONE, PENDING, CollOp, as_int, number, text_or_none
 from diag.analyze.inputs import Inputs
+from diag.format import schema
+from diag.format.heartbeat import RankBeat, parse_beat
+
 
 def from_events(inputs: Inputs) -> dict[int, list[CollOp]]:
     """rank -> its non-p2p collectives in issue order, the pending one (if any) last.
@@ -28,8 +31,8 @@ def _events_ops(inputs: Inputs) -> dict[int, list[CollOp]]:
     for rank, log in inputs.events.items():
         ops = [_from_record(rank, r, log.path, line) for r, line in zip(log.records, log.lines)
                if r.get("kind") == "collective" and not r.get("p2p")]
-        pending = (beats.get(rank) or {}).get("pending")
-        if isinstance(pending, dict) and not _has(ops, pending):
+        pending = beats[rank].pending if rank in beats else None
+        if pending is not None and not _has(ops, pending):
             ops.append(_from_pending(rank, pending, beats[rank]))
         out[rank] = ops
     return out
@@ -43,12 +46,12 @@ def _from_record(rank: int, r: dict, path: str, line: int) -> CollOp:
                   step=as_int(get("step"), -1))
 
 
-def _from_pending(rank: int, p: dict, beat: dict) -> CollOp:
+def _from_pending(rank: int, p: dict, beat: RankBeat) -> CollOp:
     text = f"heartbeat: rank {rank} inside it since t={p.get('t')}"
     return CollOp(rank, str(p.get("group", "")), as_int(p.get("seq")), str(p.get("op")),
                   number(p.get("in_numel")), None, text_or_none(p.get("in_dtype")), None,
                   PENDING, number(p.get("t")),
-                  beat.get("_path", "heartbeat"), None, text)
+                  beat.path or "heartbeat", None, text)
 
 
 def _has(ops: list[CollOp], pending: dict) -> bool:
@@ -56,11 +59,17 @@ def _has(ops: list[CollOp], pending: dict) -> bool:
     return any(o.group == group and o.seq == seq for o in reversed(ops[-64:]))
 
 
-def heartbeats(inputs: Inputs) -> dict[int, dict]:
+def heartbeats(inputs: Inputs) -> dict[int, RankBeat]:
+    """rank -> its heartbeat, read as ``ddiag watch`` reads it; a malformed one (a field
+    of the wrong type, an unknown schema) is left out, as if the rank had not beaten."""
     beats = {}
-    for doc in inputs.docs_of("ddiag.heartbeat"):
-        if isinstance(doc.doc, dict) and isinstance(doc.doc.get("rank"), int):
-            beats[doc.doc["rank"]] = {**doc.doc, "_path": doc.path}
+    for doc in inputs.docs_of(schema.HEARTBEAT):
+        try:
+            beat = parse_beat(doc.doc, doc.path)
+        except ValueError:  # SchemaError included
+            continue
+        if beat is not None:
+            beats[beat.rank] = beat
     return beats
 
 

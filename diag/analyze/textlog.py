@@ -177,7 +177,7 @@ class Extractor:
     elastic: dict | None = None
     elastic_section: str | None = None
     pid_rank: dict = field(default_factory=dict)  # (host, pid) -> (nranks, rank)
-    seen_trace: set = field(default_factory=set)
+    seen_channels: set = field(default_factory=set)  # the processes' NET channels emitted
 
     def emit(self, kind: str, line: _Line, rank: int | None = None, **fields) -> Signal:
         if line.pid is not None:
@@ -297,8 +297,6 @@ _CONNECT_CALL = re.compile(r"connect returned (?P<r>[A-Za-z ]+?)(?:,|$)")
 _CUDA_FAIL = re.compile(r"Cuda failure (?:\d+ )?'(?P<err>[^']*)'")
 # "transport/nvls.cc:165" - the NCCL source file that reported it
 _SRC = re.compile(r"(?P<src>[\w/.-]+\.(?:cc|cu|h|c)):(?P<line>\d+)")
-# "init.cc:1534 -> 2"  (NCCL's error-propagation trace)
-_ERR_TRACE = re.compile(r"(?P<src>[\w/.-]+\.(?:cc|cu|h)):\d+ -> (?P<code>\d+)")
 # "ncclCommInitRank comm 0x55eb22a04a50 rank 0 nranks 2 cudaDev 0 ..."
 # "comm 0x7f rank 3 nRanks 8 nNodes 2 localRanks 4 localRank 3 MNNVL 0"
 _INIT = re.compile(r"\brank (?P<rank>\d+) n[Rr]anks (?P<nranks>\d+)(?: nNodes (?P<nnodes>\d+))?")
@@ -314,9 +312,6 @@ _DUP_GPU = re.compile(r"Duplicate GPU detected\s*:\s*rank (?P<a>\d+) and rank (?
                       r"both on CUDA device (?P<dev>\w+)")
 # "cudaDriverVersion 12080"
 _CUDA_DRIVER = re.compile(r"cudaDriverVersion (?P<v>\d+)")
-# "Connection closed by remote peer 10.0.0.2<51234>"  "Call to recv from 10.0.0.2<3456> failed :
-# Connection reset by peer"
-_PEER_CLOSED = re.compile(r"(?:closed by remote peer|recv from) (?P<peer>[\w.:\[\]-]+?)(?:<\d+>)")
 # c10d's rendering of NCCL's result codes: "..., unhandled system error (run with NCCL_DEBUG=INFO
 # ...)"
 _NCCL_CODES = (("unhandled system error", "system"), ("ncclSystemError", "system"),
@@ -392,9 +387,9 @@ def _nccl_net(ex: Extractor, line: _Line, level: str | None) -> None:
 def _nccl_channel_net(ex: Extractor, line: _Line) -> None:
     # a channel over NET/* links ranks on different nodes; once per process is enough
     key = ("via", line.host, line.pid, line.body.partition("via NET/")[2][:6])
-    if key in ex.seen_trace:
+    if key in ex.seen_channels:
         return
-    ex.seen_trace.add(key)
+    ex.seen_channels.add(key)
     m = _VIA_NET.search(line.body)
     if m:
         ex.emit("nccl_channel_net", line, transport=m.group("net"))
@@ -442,19 +437,6 @@ def _nccl_errors(ex: Extractor, line: _Line, level: str | None) -> None:
             if needle in body:
                 ex.emit("nccl_error", line, code=code, message=body.strip()[:300])
                 break
-    if " -> " in body and (".cc:" in body or ".cu:" in body or ".h:" in body):
-        _nccl_error_trace(ex, line)
-
-
-def _nccl_error_trace(ex: Extractor, line: _Line) -> None:
-    # NCCL prints the same failure once per stack frame: keep the first per process
-    m = _ERR_TRACE.search(line.body)
-    if not m or m.group("code") == "0":
-        return
-    key = (line.host, line.pid, m.group("code"))
-    if key not in ex.seen_trace:
-        ex.seen_trace.add(key)
-        ex.emit("nccl_error_trace", line, src=m.group("src"), code=int(m.group("code")))
 
 
 def _nccl_init(ex: Extractor, line: _Line, level: str | None) -> None:
@@ -495,14 +477,6 @@ def _nccl_misc(ex: Extractor, line: _Line, level: str | None) -> None:
             ex.emit("shm_error", line, message=body.strip()[:300])
 
 
-def _nccl_peer(ex: Extractor, line: _Line, level: str | None) -> None:
-    body = line.body
-    if "peer" in body or "recv from" in body:
-        m = _PEER_CLOSED.search(body)
-        if m:
-            ex.emit("nccl_peer_closed", line, peer=m.group("peer").strip("[]"))
-
-
 def _nccl_warn(ex: Extractor, line: _Line, level: str | None) -> None:
     if level == "WARN" or level == "ERROR":
         message = _LEVEL_WORD.split(line.body, maxsplit=1)[-1]
@@ -510,7 +484,7 @@ def _nccl_warn(ex: Extractor, line: _Line, level: str | None) -> None:
 
 
 _NCCL_CHECKS = (_nccl_env, _nccl_net, _nccl_bootstrap, _nccl_connect, _nccl_errors, _nccl_init,
-                _nccl_misc, _nccl_peer, _nccl_warn)
+                _nccl_misc, _nccl_warn)
 
 # ---------------------------------------------------------------------------------------
 # PyTorch c10d: watchdog, desync debug, DETAIL-mode fingerprints, monitoredBarrier
@@ -752,8 +726,6 @@ def store_family(ex: Extractor, line: _Line) -> None:
         ex.emit("store_connect_timeout", line, host=None, port=None, timeout_ms=int(m.group("ms")))
     if "Socket Timeout" in body or "wait timeout after" in body:
         ex.emit("store_wait_timeout", line, message=body.strip()[:300])
-    if "RendezvousConnectionError" in body or "RendezvousTimeoutError" in body:
-        ex.emit("rendezvous_error", line, message=body.strip()[:300])
 
 
 def _store_socket(ex: Extractor, line: _Line) -> None:
@@ -848,8 +820,6 @@ def elastic_family(ex: Extractor, line: _Line) -> None:
         _elastic_flush(ex)
     elif stripped[:4] in _ELASTIC_KEYS:
         _elastic_key(ex, line)
-    if "ChildFailedError" in body:
-        ex.emit("elastic_child_failed", line)
     if "exitcode:" in body and (m := _AGENT_FAIL.search(body)):
         ex.emit("elastic_worker_failed", line, exitcode=int(m.group("code")),
                 local_rank=int(m.group("local")), pid=int(m.group("pid")))
@@ -905,8 +875,6 @@ _FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+), in (?P<fun
 # "RuntimeError: CUDA out of memory."  "torch.distributed.DistBackendError: ..."  "ValueError"
 _EXC = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*"
                   r"(?:Error|Exception|Interrupt|Exit|Failure|Timeout))(?::\s?(?P<msg>.*))?$")
-# "terminate called after throwing an instance of 'c10::DistBackendError'"
-_TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<type>[\w:]+)'")
 # a one-element tensor in printed locals: "tensor([1], dtype=torch.int8)"
 _TINY_TENSOR = re.compile(r"tensor\(\[\s*-?[\d.]+\s*\]")
 COLLECTIVE_FUNCS = frozenset({
@@ -934,8 +902,6 @@ def python_family(ex: Extractor, line: _Line) -> None:
     if "Error" in body or "Exception" in body or "Interrupt" in body or "Exit" in body \
             or "Timeout" in body:
         _exception(ex, line, key)
-    if "terminate called" in body and (m := _TERMINATE.search(body)):
-        ex.emit("cpp_terminate", line, type=m.group("type"))
 
 
 def _open_traceback(ex: Extractor, key: tuple, line: _Line) -> _Traceback:
@@ -1072,10 +1038,6 @@ def ddp_family(ex: Extractor, line: _Line) -> None:
     elif "did not receive grad" in body and (m := _UNUSED_FOR_RANK.search(body)):
         ex.emit("ddp_unused_params", line, named_rank=int(m.group("rank")),
                 params=m.group("params").strip()[:300])
-    elif "find_unused_parameters=True was specified" in body:
-        ex.emit("ddp_find_unused_noop", line)
-    elif "mark a variable ready only once" in body:
-        ex.emit("ddp_ready_twice", line)
 
 
 # "PyTorch version: 2.1.0+cu121"  "torch==2.1.0"  "torch 2.1.0"  "torch.__version__ = 2.3.1"
@@ -1130,8 +1092,6 @@ def slurm_family(ex: Extractor, line: _Line) -> None:
         ex.emit("slurm_cancelled", line, node=m.group("host"), reason=reason)
     elif (m := _NODE_FAIL.search(body)):
         ex.emit("slurm_node_failure", line, node=m.group("host"))
-    elif "srun: error" in body or "slurmstepd: error" in body:
-        ex.emit("slurm_error", line, message=body.strip()[:300])
 
 
 # "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus."

@@ -95,7 +95,6 @@ def _host(v: str) -> bool:
 
 
 BOOL = Values("0 | 1", lambda v: v.strip() in ("0", "1"))
-BOOLISH = Values("0 | 1 | true | false", lambda v: v.strip().lower() in ("0", "1", "true", "false"))
 POS_INT = _int_in(1)
 NONNEG_INT = _int_in(0)
 ANY = Values("any string", lambda v: True)

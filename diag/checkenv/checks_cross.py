@@ -7,13 +7,13 @@ import re
 from collections import defaultdict
 from typing import Callable, Hashable, Sequence
 
+from diag import fixes
 from diag.checkenv.catalog import Scope, lookup
 from diag.checkenv.checks_launch import geometry
 from diag.checkenv.checks_net import gloo_ifnames
 from diag.checkenv.snapshot import Snapshot
-from diag.checkenv.types import (
-    IFACE, UNREACHABLE, VERSION, CheckResult, fail, ok, skip, warn,
-)
+from diag.checkenv.types import CheckResult, fail, ok, skip, warn
+from diag.verdict import Category
 
 CLOCK_WARN_S = 1.0      # per-rank logs stop lining up; ddiag's cross-rank timing drifts
 CLOCK_FAIL_S = 300.0    # munge and TLS credentials are rejected past five minutes
@@ -63,14 +63,14 @@ def check_versions(snaps: Sequence[Snapshot]) -> list[CheckResult]:
         if len(groups) > 1:
             shown = "; ".join(f"{v or 'none'} on {where(m)}" for v, m in groups)
             out.append(fail("cross.versions", f"{comp} differs across ranks: {shown}",
-                            f"install the same {comp} on every node (the image or venv "
-                            "differs)", category=VERSION, **culprits(groups)))
+                            fixes.versions(comp), category=Category.VERSION_MISMATCH,
+                            **culprits(groups)))
     if out:
         return out
     v = snaps[0].facts.versions
     same = ", ".join(f"{c} {getattr(v, c)}" for c in COMPONENTS if getattr(v, c))
     return [ok("cross.versions", f"identical on all {len(snaps)} ranks: {same}",
-               category=VERSION)]
+               category=Category.VERSION_MISMATCH)]
 
 
 # --- variables -----------------------------------------------------------------------
@@ -100,7 +100,7 @@ def _compare_var(snaps: Sequence[Snapshot], name: str) -> CheckResult | None:
     scope, known = compared(name), lookup(name) is not None
     within_node = any(len(groups_by(m, lambda s: s.facts.env.get(name))) > 1
                       for _, m in groups_by(snaps, lambda s: s.node))
-    fix = f"set {name} to the same value on every rank (the job script or a node's profile differs)"
+    fix = fixes.env_skew(name)
     if scope is Scope.NODE and not within_node:
         return warn("cross.env", summary, f"fine only if the nodes differ in hardware; else "
                     f"{fix}", env_var=name, **culprits(groups))
@@ -164,8 +164,7 @@ def check_devices(snaps: Sequence[Snapshot]) -> list[CheckResult]:
         for dev, users in groups_by(members, device_of):
             if dev and len(users) > 1:
                 out.append(fail("cross.devices", f"ranks {span([u.rank for u in users])} on "
-                                f"{node} all use GPU {dev}", "give each local rank its own "
-                                "GPU: CUDA_VISIBLE_DEVICES per rank or set_device(LOCAL_RANK)",
+                                f"{node} all use GPU {dev}", fixes.SHARED_GPU,
                                 ranks=tuple(u.rank for u in users), nodes=(node,),
                                 env_var="CUDA_VISIBLE_DEVICES"))
     return out or [ok("cross.devices", "every rank has a GPU of its own")]
@@ -198,14 +197,15 @@ def _mtu(s: Snapshot) -> tuple[str, int] | None:
 def check_mtu(snaps: Sequence[Snapshot]) -> list[CheckResult]:
     per_node = {s.node: _mtu(s) for s in snaps if _mtu(s)}
     if len(per_node) < 2:
-        return [skip("cross.mtu", "fewer than two nodes: nothing to compare", category=IFACE)]
+        return [skip("cross.mtu", "fewer than two nodes: nothing to compare",
+                     category=Category.WRONG_INTERFACE)]
     by_mtu = groups_by([s for s in snaps if s.node in per_node], lambda s: per_node[s.node][1])
     shown = "; ".join(f"{v} on {', '.join(sorted({s.node for s in m}))}" for v, m in by_mtu)
     if len(by_mtu) > 1:
         return [fail("cross.mtu", f"MTU of the job's interface differs: {shown}", "set "
                      "one MTU on the whole fabric: large frames are dropped silently and "
-                     "collectives hang", category=IFACE, **culprits(by_mtu))]
-    return [ok("cross.mtu", f"MTU {shown}", category=IFACE)]
+                     "collectives hang", category=Category.WRONG_INTERFACE, **culprits(by_mtu))]
+    return [ok("cross.mtu", f"MTU {shown}", category=Category.WRONG_INTERFACE)]
 
 
 def check_group(snaps: Sequence[Snapshot]) -> list[CheckResult]:
@@ -225,7 +225,8 @@ def check_group(snaps: Sequence[Snapshot]) -> list[CheckResult]:
                                             if waited else ""),
                  "fix what the failing ranks' other checks report (interface, MASTER_ADDR, "
                  "firewall)", ranks=tuple(s.rank for s in own),
-                 nodes=tuple(sorted({s.node for s in own})), category=UNREACHABLE)]
+                 nodes=tuple(sorted({s.node for s in own})),
+                 category=Category.NETWORK_UNREACHABLE)]
 
 
 def run_cross(snaps: Sequence[Snapshot], world_size: int | None) -> list[CheckResult]:

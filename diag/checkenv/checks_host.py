@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from diag import fixes
 from diag.checkenv.facts import UNLIMITED, RankFacts
 from diag.checkenv.types import CheckResult, fail, ok, skip, warn
 
@@ -24,9 +25,7 @@ def check_shm(facts: RankFacts) -> list[CheckResult]:
     if size < SHM_MIN:
         status = fail if size < SHM_FAIL else warn
         return [status("host.shm", f"/dev/shm is {_size(size)}: NCCL's shared-memory "
-                       "transport and DataLoader workers need more",
-                       "docker: --shm-size=16g or --ipc=host; k8s: an emptyDir with "
-                       "medium: Memory on /dev/shm")]
+                       "transport and DataLoader workers need more", fixes.SHM)]
     return [ok("host.shm", f"/dev/shm is {_size(size)}")]
 
 
@@ -69,8 +68,7 @@ def check_infiniband(facts: RankFacts) -> list[CheckResult]:
             return [warn("host.infiniband", f"no InfiniBand devices in /sys/class/infiniband "
                          f"but {', '.join(ib_vars)} set: NCCL will log 'NET/IB : No device "
                          "found' and fall back to TCP sockets",
-                         "in a container map the devices (--device /dev/infiniband, or "
-                         "--container-mounts /dev/infiniband), or drop the NCCL_IB_* settings",
+                         f"{fixes.EXPOSE_IB}, or drop the NCCL_IB_* settings",
                          env_var=ib_vars[0])]
         return [skip("host.infiniband", "no InfiniBand devices")]
     return [_ib_present(facts, devs)]
@@ -85,11 +83,11 @@ def _ib_present(facts: RankFacts, devs: tuple[str, ...]) -> CheckResult:
     if not facts.dev_infiniband:
         return fail("host.infiniband", f"InfiniBand present ({names}) but /dev/infiniband is "
                     "missing: verbs cannot open the devices, NCCL falls back to sockets",
-                    "map /dev/infiniband into the container (--device or --container-mounts)")
+                    fixes.EXPOSE_IB)
     if facts.libibverbs_error:
         return fail("host.infiniband", f"InfiniBand present ({names}) but libibverbs does not "
                     f"load ({facts.libibverbs_error}): NCCL falls back to sockets",
-                    "install rdma-core / libibverbs1 in the image")
+                    fixes.LIBIBVERBS)
     return ok("host.infiniband", f"InfiniBand {names}: devices, /dev/infiniband and "
               "libibverbs present")
 

@@ -3,8 +3,10 @@ rank sees agree with the local world size, CPU threads fit the cores."""
 
 from __future__ import annotations
 
+from diag import fixes
 from diag.checkenv.facts import RankFacts
-from diag.checkenv.types import CheckResult, Status, fail, ok, skip, warn
+from diag.checkenv.types import CheckResult, fail, ok, skip, warn
+from diag.verdict import Status
 
 GEOMETRY = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 
@@ -99,8 +101,8 @@ def _devices_per_rank(facts: RankFacts) -> list[CheckResult]:
                      "see all GPUs and pick by LOCAL_RANK", env_var=var)]
     if visible > 1 and lrank >= visible:
         return [fail("launch.devices", f"{shown}: {visible} GPUs visible for LOCAL_RANK={lrank} "
-                     f"of LOCAL_WORLD_SIZE={lworld}", f"list {lworld} GPUs in {var} or start "
-                     f"at most {visible} ranks per node", env_var=var)]
+                     f"of LOCAL_WORLD_SIZE={lworld}", fixes.too_few_gpus(lworld, visible),
+                     env_var=var)]
     return [ok("launch.devices", f"{shown}: {visible} GPU(s) visible, one per local rank",
                env_var=var)]
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import ipaddress
 
+from diag import fixes
 from diag.checkenv.checks_net import gloo_ifnames, is_multi_node
 from diag.checkenv.facts import RankFacts, is_loopback
-from diag.checkenv.types import IFACE, UNREACHABLE, CheckResult, fail, ok, skip, warn
+from diag.checkenv.types import CheckResult, fail, ok, skip, warn
+from diag.verdict import Category
 
 VAR = "MASTER_ADDR"
 
@@ -43,15 +45,13 @@ def check_master_addr(facts: RankFacts) -> list[CheckResult]:
                      "init_method='env://' needs it)", env_var=VAR)]
     why = bad_address(value, facts)
     if why:
-        return [fail("net.master_addr", f"MASTER_ADDR={value} {why}",
-                     "set MASTER_ADDR to the hostname or IP of the node running rank 0",
+        return [fail("net.master_addr", f"MASTER_ADDR={value} {why}", fixes.MASTER_ADDR_HOST,
                      env_var=VAR)]
     res = facts.master
     if res is None or res.error or not res.addrs:
         err = res.error if res else "not looked up"
         return [fail("net.master_addr", f"MASTER_ADDR={value} does not resolve: {err}",
-                     "fix the name (or add it to DNS / /etc/hosts on every node), or use "
-                     "rank 0's IP address", env_var=VAR)]
+                     fixes.MASTER_ADDR_RESOLVE, env_var=VAR)]
     return [_master_resolved(facts, value, res.addrs)]
 
 
@@ -59,12 +59,12 @@ def _master_resolved(facts: RankFacts, value: str, addrs: tuple[str, ...]) -> Ch
     bad = [f"{a} {w}" for a in addrs for w in [bad_address(a, facts)] if w]
     if bad:
         return fail("net.master_addr", f"MASTER_ADDR={value} resolves to {bad[0]}",
-                    "fix the name's DNS or /etc/hosts entry, or use rank 0's IP", env_var=VAR)
+                    fixes.MASTER_ADDR_RESOLVE, env_var=VAR)
     if all(is_loopback(a) for a in addrs) and is_multi_node(facts):
         return fail("net.master_addr", f"MASTER_ADDR={value} resolves to loopback "
                     f"({', '.join(addrs)}) on a multi-node job: other nodes connect to "
-                    "themselves", "use rank 0's node address reachable from every node; "
-                    "check /etc/hosts for a 127.0.x.1 line naming it", env_var=VAR)
+                    "themselves", f"{fixes.MASTER_ADDR_HOST}; check /etc/hosts for a "
+                    "127.0.x.1 line naming it", env_var=VAR)
     return ok("net.master_addr", f"MASTER_ADDR={value} resolves to {', '.join(addrs)}",
               env_var=VAR)
 
@@ -76,7 +76,8 @@ def check_master_route(facts: RankFacts) -> list[CheckResult]:
     if route.error:
         return [fail("net.master_route", f"no route to MASTER_ADDR {route.dst}: {route.error}",
                      "add a route to the master's network, or use an address of rank 0 on "
-                     "a network this node is on", env_var=VAR, category=UNREACHABLE)]
+                     "a network this node is on", env_var=VAR,
+                     category=Category.NETWORK_UNREACHABLE)]
     if route.local:
         return [ok("net.master_route", f"MASTER_ADDR {route.dst} is this node", env_var=VAR)]
     # A named interface that does not exist is net.gloo_ifname's finding, not this one's.
@@ -86,7 +87,7 @@ def check_master_route(facts: RankFacts) -> list[CheckResult]:
                      f"{route.dev} but gloo binds {', '.join(gloo)}",
                      f"use a MASTER_ADDR on the network of {', '.join(gloo)}, or set "
                      f"GLOO_SOCKET_IFNAME={route.dev} on every node", env_var=VAR,
-                     category=IFACE)]
+                     category=Category.WRONG_INTERFACE)]
     return [ok("net.master_route", f"MASTER_ADDR {route.dst} is reached by {route.dev} "
                f"(from {route.src})", env_var=VAR)]
 
@@ -110,19 +111,21 @@ def _port_failure(outcome: str, where: str, error: str | None, seconds: float) -
     var = "MASTER_PORT"
     if outcome == "refused":
         return fail("net.master_port", f"{where}: connection refused though torchrun's "
-                    "store should be listening there", "check MASTER_ADDR/MASTER_PORT name "
-                    "the node and port of rank 0's torchrun", env_var=var, category=UNREACHABLE)
+                    "store should be listening there", fixes.STORE_NOT_LISTENING, env_var=var,
+                    category=Category.NETWORK_UNREACHABLE)
     if outcome == "timeout":
         return fail("net.master_port", f"{where}: TCP connect timed out after {seconds:.1f} s: "
                     "packets are dropped", "check the interface is up, a firewall allows the "
-                    "port, and MASTER_ADDR is rank 0's address", env_var=var, category=UNREACHABLE)
+                    "port, and MASTER_ADDR is rank 0's address", env_var=var,
+                    category=Category.NETWORK_UNREACHABLE)
     if outcome == "unreachable":
         return fail("net.master_port", f"{where}: {error or 'no route to host'}", "a host "
                     "that answers other traffic but not this port usually has a firewall "
-                    "REJECT rule; open the port range or disable the firewall",
-                    env_var=var, category=UNREACHABLE)
+                    f"REJECT rule: {fixes.FIREWALL}", env_var=var,
+                    category=Category.NETWORK_UNREACHABLE)
     return warn("net.master_port", f"{where}: connect failed: {error}",
-                "check MASTER_ADDR and MASTER_PORT", env_var=var, category=UNREACHABLE)
+                "check MASTER_ADDR and MASTER_PORT", env_var=var,
+                category=Category.NETWORK_UNREACHABLE)
 
 
 def check_hostname(facts: RankFacts) -> list[CheckResult]:
@@ -133,12 +136,10 @@ def check_hostname(facts: RankFacts) -> list[CheckResult]:
         err = res.error if res else "not looked up"
         return [status("net.hostname", f"hostname {name} does not resolve: {err} (c10d logs "
                        "'The hostname of the client socket cannot be retrieved. err=-3')",
-                       f"add '{name}' with this node's address to /etc/hosts or DNS")]
+                       fixes.hostname_unresolved(name))]
     if all(is_loopback(a) for a in res.addrs) and multi:
         return [warn("net.hostname", f"hostname {name} resolves to loopback only "
-                     f"({', '.join(res.addrs)})", f"map {name} to this node's network "
-                     "address in /etc/hosts (Debian's '127.0.1.1 host' line is the usual "
-                     "cause), or set GLOO_SOCKET_IFNAME")]
+                     f"({', '.join(res.addrs)})", fixes.hostname_loopback(name))]
     return [ok("net.hostname", f"hostname {name} resolves to {', '.join(res.addrs)}")]
 
 

@@ -7,8 +7,10 @@ loopback so gloo tells its peers to connect to 127.0.0.1.
 
 from __future__ import annotations
 
+from diag import fixes
 from diag.checkenv.facts import Iface, RankFacts, is_loopback
-from diag.checkenv.types import IFACE, CheckResult, fail, ok, skip
+from diag.checkenv.types import CheckResult, fail, ok, skip
+from diag.verdict import Category
 
 
 def nnodes(env: dict[str, str]) -> int | None:
@@ -106,25 +108,25 @@ def check_gloo_ifname(facts: RankFacts) -> list[CheckResult]:
     names = [n.strip() for n in value.split(",") if n.strip()]
     addrs = [a for n in names for a in facts.iface(n).ips]
     return [ok("net.gloo_ifname", f"GLOO_SOCKET_IFNAME={value}: up, {', '.join(addrs)}",
-               env_var="GLOO_SOCKET_IFNAME", category=IFACE)]
+               env_var="GLOO_SOCKET_IFNAME", category=Category.WRONG_INTERFACE)]
 
 
 def _gloo_iface_problem(facts: RankFacts, name: str, value: str) -> CheckResult | None:
     iface, var = facts.iface(name), "GLOO_SOCKET_IFNAME"
-    ifaces = f"(interfaces: {iface_list(facts.interfaces)})"
+    names = iface_list(facts.interfaces)
+    ifaces = f"(interfaces: {names})"
     if iface is None:
         return fail("net.gloo_ifname", f"{var}={value}: no such interface {name} {ifaces}",
-                    f"set {var} to an interface that exists on every node, or unset it; "
-                    "gloo takes exact names, no prefixes", env_var=var, category=IFACE)
+                    fixes.GLOO_IFNAME_MISSING, env_var=var, category=Category.WRONG_INTERFACE)
     if not usable(iface):
         return fail("net.gloo_ifname", f"{var}={value}: {name} {_state(iface)} {ifaces}",
                     f"bring {name} up with an address, or point {var} at one that is",
-                    env_var=var, category=IFACE)
+                    env_var=var, category=Category.WRONG_INTERFACE)
     if iface.loopback and is_multi_node(facts):
         return fail("net.gloo_ifname", f"{var}={value}: {name} is loopback on a multi-node "
                     "job; peers on other nodes cannot reach 127.0.0.1",
-                    f"set {var} to the interface that reaches the other nodes {ifaces}",
-                    env_var=var, category=IFACE)
+                    fixes.loopback_iface(var, names), env_var=var,
+                    category=Category.WRONG_INTERFACE)
     return None
 
 
@@ -134,11 +136,10 @@ def _gloo_by_hostname(facts: RankFacts) -> CheckResult:
     if is_loopback(ip or "") and is_multi_node(facts):
         return fail("net.gloo_ifname", f"GLOO_SOCKET_IFNAME unset: {via}, a loopback address; "
                     "peers on other nodes will be told to connect to it and hang",
-                    "set GLOO_SOCKET_IFNAME to the interface that reaches the other nodes "
-                    f"(interfaces: {iface_list(facts.interfaces)}), or map the hostname to "
-                    "that address in /etc/hosts", env_var="GLOO_SOCKET_IFNAME", category=IFACE)
+                    fixes.hostname_loopback(facts.hostname, iface_list(facts.interfaces)),
+                    env_var="GLOO_SOCKET_IFNAME", category=Category.WRONG_INTERFACE)
     return ok("net.gloo_ifname", f"GLOO_SOCKET_IFNAME unset: {via}",
-              env_var="GLOO_SOCKET_IFNAME", category=IFACE)
+              env_var="GLOO_SOCKET_IFNAME", category=Category.WRONG_INTERFACE)
 
 
 # --- NCCL_SOCKET_IFNAME -----------------------------------------------------------
@@ -148,25 +149,25 @@ def check_nccl_ifname(facts: RankFacts) -> list[CheckResult]:
     var, ifaces = "NCCL_SOCKET_IFNAME", f"(interfaces: {iface_list(facts.interfaces)})"
     if not value and not facts.gpu_uuids:
         return [skip("net.nccl_ifname", "no GPUs visible: NCCL is not used on this rank",
-                     env_var=var, category=IFACE)]
+                     env_var=var, category=Category.WRONG_INTERFACE)]
     chosen = nccl_matches(value, facts.interfaces) if value else nccl_default(facts.interfaces)
     shown = f"{var}={value}" if value else f"{var} unset"
     if value and not chosen:
         return [fail("net.nccl_ifname", f"{shown}: matches no interface {ifaces}",
-                     f"set {var} to a prefix of a real interface ('^' excludes, '=' is "
-                     "exact), or unset it", env_var=var, category=IFACE)]
+                     fixes.NCCL_IFNAME_NO_MATCH, env_var=var, category=Category.WRONG_INTERFACE)]
     up = tuple(i for i in chosen if usable(i))
     if not up:
         return [fail("net.nccl_ifname", f"{shown}: no usable interface (matched: "
                      f"{iface_list(chosen) if chosen else 'none'}) {ifaces}",
                      "give the node (or container: --net=host) an interface that is up "
-                     f"with an IP address, and name it in {var}", env_var=var, category=IFACE)]
+                     f"with an IP address, and name it in {var}", env_var=var,
+                     category=Category.WRONG_INTERFACE)]
     if all(i.loopback for i in up) and is_multi_node(facts):
         return [fail("net.nccl_ifname", f"{shown}: NCCL would use loopback only on a "
-                     f"multi-node job {ifaces}", f"set {var} to the inter-node interface",
-                     env_var=var, category=IFACE)]
+                     f"multi-node job {ifaces}", fixes.loopback_iface(var), env_var=var,
+                     category=Category.WRONG_INTERFACE)]
     return [ok("net.nccl_ifname", f"{shown}: NCCL uses {iface_list(up)}", env_var=var,
-               category=IFACE)]
+               category=Category.WRONG_INTERFACE)]
 
 
 CHECKS = (check_gloo_ifname, check_nccl_ifname)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from diag.checkenv.catalog import CATALOG, TYPO_FAMILIES, Var, lookup
 from diag.checkenv.facts import RankFacts
 from diag.checkenv.types import CheckResult, fail, ok, warn
+from diag.verdict import Evidence
 
 # Names that other launchers and images set; never typos of ours.
 _FOREIGN = ("SLURM", "PMI_", "PMIX_", "OMPI_", "MPI_", "NV_", "NVIDIA_", "CUDA_HOME",
@@ -83,7 +84,7 @@ def _invalid(spec: Var, value: str, torch_says: str | None) -> CheckResult:
     name, expected = spec.name, spec.values.text
     what = f"{name}={value!r} is not valid"
     fix = f"set {name} to {expected} ({spec.meaning}), or unset it"
-    evidence = (f"at import: {torch_says}",) if torch_says else ()
+    evidence = (Evidence("at import", None, torch_says),) if torch_says else ()
     if spec.if_invalid and not torch_says:
         return warn("vars.value", f"{what}: {spec.if_invalid}; expected {expected}", fix,
                     env_var=name)

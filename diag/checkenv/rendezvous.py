@@ -22,7 +22,8 @@ from pathlib import Path
 
 from diag.format import schema
 from diag.checkenv.collect import probe_port, resolve
-from diag.checkenv.types import ENV, UNREACHABLE, CheckResult, fail, ok
+from diag.checkenv.types import CheckResult, fail, ok
+from diag.verdict import Category, Status
 
 CONNECT_TIMEOUT_S = 5.0
 CHECK = "net.rendezvous"
@@ -140,7 +141,7 @@ def check_rendezvous(doc: dict) -> list[CheckResult]:
         results.append(fail(CHECK, f"MASTER_PORT {port} cannot be bound on the master node: "
                             f"{master.get('error')}", "pick a free MASTER_PORT for this job "
                             "(see `ss -ltnp` on that node)", nodes=(master["node"],),
-                            env_var="MASTER_PORT", category=ENV))
+                            env_var="MASTER_PORT", category=Category.ENV_MISCONFIG))
     bad: dict[str, list[str]] = {}
     for row in rows:
         if row.get("role") == "client" and row.get("outcome") != "open":
@@ -152,7 +153,7 @@ def check_rendezvous(doc: dict) -> list[CheckResult]:
                             f"open TCP port {port} on {master['node'] if master else 'the master'}"
                             " to the cluster network (firewall), or pick a MASTER_PORT that "
                             "is open between the nodes", nodes=tuple(sorted(nodes)),
-                            env_var="MASTER_PORT", category=UNREACHABLE))
+                            env_var="MASTER_PORT", category=Category.NETWORK_UNREACHABLE))
     if not results and master:
         results.append(ok(CHECK, f"every node reached {where} before launch",
                           env_var="MASTER_PORT"))
@@ -161,7 +162,7 @@ def check_rendezvous(doc: dict) -> list[CheckResult]:
 
 def blocking(doc: dict) -> bool:
     """Launching torchrun now would only wait at the rendezvous."""
-    return any(r.status.value == "fail" for r in check_rendezvous(doc))
+    return any(r.status is Status.FAIL for r in check_rendezvous(doc))
 
 
 if __name__ == "__main__":

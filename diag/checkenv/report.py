@@ -16,7 +16,8 @@ from diag.checkenv import checks_host, checks_launch, checks_master, checks_net,
 from diag.checkenv.checks_cross import run_cross
 from diag.checkenv.facts import RankFacts
 from diag.checkenv.snapshot import Snapshot
-from diag.checkenv.types import CheckResult, Status, warn
+from diag.checkenv.types import CheckResult, warn
+from diag.verdict import Status
 
 LOCAL_CHECKS = (checks_vars.CHECKS + checks_net.CHECKS + checks_master.CHECKS +
                 checks_launch.CHECKS + checks_host.CHECKS)
@@ -37,8 +38,12 @@ def run_local(facts: RankFacts) -> tuple[CheckResult, ...]:
 
 def attach(results: Sequence[CheckResult], rank: int, node: str) -> list[CheckResult]:
     """Stamp per-rank results with the rank and node they came from."""
-    return [dataclasses.replace(r, ranks=r.ranks or (rank,), nodes=r.nodes or (node,))
-            for r in results]
+    return [_placed(r, r.culprit.ranks or (rank,), r.culprit.hosts or (node,)) for r in results]
+
+
+def _placed(result: CheckResult, ranks: tuple[int, ...], nodes: tuple[str, ...]) -> CheckResult:
+    return dataclasses.replace(result, culprit=dataclasses.replace(
+        result.culprit, ranks=ranks, hosts=nodes))
 
 
 def merge(results: Sequence[CheckResult]) -> list[CheckResult]:
@@ -46,13 +51,13 @@ def merge(results: Sequence[CheckResult]) -> list[CheckResult]:
     rows: dict[tuple, tuple[set, set]] = defaultdict(lambda: (set(), set()))
     first: dict[tuple, CheckResult] = {}
     for r in results:
-        key = (r.check, r.status, r.summary, r.fix, r.env_var, r.category, r.evidence)
+        key = (r.check, r.status, r.summary, r.fix, r.culprit.env_var, r.category, r.evidence)
         first.setdefault(key, r)
-        rows[key][0].update(r.ranks)
-        rows[key][1].update(r.nodes)
-    merged = [dataclasses.replace(first[k], ranks=tuple(sorted(rk)), nodes=tuple(sorted(nd)))
+        rows[key][0].update(r.culprit.ranks)
+        rows[key][1].update(r.culprit.hosts)
+    merged = [_placed(first[k], tuple(sorted(rk)), tuple(sorted(nd)))
               for k, (rk, nd) in rows.items()]
-    return sorted(merged, key=lambda r: (ORDER[r.status], r.check, r.nodes, r.summary))
+    return sorted(merged, key=lambda r: (ORDER[r.status], r.check, r.culprit.hosts, r.summary))
 
 
 @dataclass(frozen=True)

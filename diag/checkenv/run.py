@@ -19,17 +19,8 @@ from diag.checkenv.gather import check_here, run_rank, wait_for_snapshots
 from diag.checkenv.report import Report, build_report
 from diag.checkenv.snapshot import read_snapshots, snapshot_from_json
 from diag.checkenv.types import CheckResult, fail
-from diag.format.rundir import fresh_run_dir, launcher_run_id
+from diag.verdict import Evidence
 from diag.launch import GROUP_TIMEOUT_S, JobEnv, LaunchSpec, random_port, run_job
-
-
-def default_out(job: JobEnv | None = None) -> Path:
-    """$DDIAG_RUN_DIR (so a training run's analyze sees the snapshots), else a fresh
-    ``runs/check-env-*`` whose name every rank of one launch derives alike."""
-    if os.environ.get("DDIAG_RUN_DIR"):
-        return Path(os.environ["DDIAG_RUN_DIR"])
-    tag = None if job is None else launcher_run_id() or f"{job.master_addr}-{job.master_port}"
-    return fresh_run_dir("check-env", tag)
 
 
 def save(report: Report, out: Path) -> Report:
@@ -101,7 +92,7 @@ def start_failure(world_size: int, arrived: int, returncode: int, stderr: str
     return [fail("launch.start", f"{world_size - arrived} of {world_size} rank(s) wrote no "
                  f"snapshot; the launcher exited {returncode}: {why[:300]}",
                  "fix what the launcher's stderr says (evidence), then run check-env again",
-                 evidence=tuple(lines[-20:]))]
+                 evidence=tuple(Evidence("launcher stderr", None, ln) for ln in lines[-20:]))]
 
 
 # "ValueError: ...", "torch.distributed.DistNetworkError: ...", "ModuleNotFoundError: ..."

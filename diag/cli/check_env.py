@@ -30,10 +30,11 @@ def check_env(all_ranks: bool, out: Path | None, as_json: bool, verbose: bool,
       torchrun --nproc-per-node 8 -m diag.cli check-env --all-ranks
     """
     from diag.checkenv import run
+    from diag.format.rundir import default_run_dir
     from diag.report.text import plain_lines
 
     spec, job = resolve_launch(launch, in_job=all_ranks)
-    out = out or run.default_out(job)
+    out = out or default_run_dir("check-env", job and job.rendezvous_id)
     if spec:
         report, stderr = run.check_launched(spec, out, launch["group_timeout"])
         if report.missing_ranks and stderr:
@@ -53,7 +54,7 @@ def check_env(all_ranks: bool, out: Path | None, as_json: bool, verbose: bool,
 
 
 def show(report, as_json: bool, verbose: bool) -> None:
-    from diag.checkenv.types import Status
+    from diag.verdict import Status
 
     if as_json:
         from diag.cli.output import emit_json

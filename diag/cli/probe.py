@@ -40,13 +40,15 @@ def probe() -> None:
 
 def run_and_show(name: str, params: dict, opts: dict) -> None:
     from diag.cli.output import fail
+    from diag.format.rundir import default_run_dir
     from probes import run
 
     if broken := run.import_breakers(os.environ):
         fail(f"{'; '.join(broken)}. `import torch` raises on it, so no rank could start: "
              "fix or unset it (`ddiag check-env` checks every such variable)")
     spec, job = resolve_launch(opts)
-    out, timeout, backend = opts["out"] or run.default_out(), opts["group_timeout"], opts["backend"]
+    out = opts["out"] or default_run_dir("probe")
+    timeout, backend = opts["group_timeout"], opts["backend"]
     if spec:
         doc, result = run.probe_launched(name, params, spec, out, timeout, backend)
         if doc is None:

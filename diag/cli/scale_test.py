@@ -7,13 +7,14 @@ import shlex
 import shutil
 import signal
 import sys
-import time
 from pathlib import Path
 
 import click
 
 from diag.cli.options import Seconds
 from diag.cli.output import check_outputs, emit_json, fail, write_output
+from diag.launch import LAUNCHERS
+from reference_trainer.config import MODES
 
 
 def _model_args(**sizes: int | None) -> tuple[str, ...]:
@@ -27,9 +28,9 @@ def _model_args(**sizes: int | None) -> tuple[str, ...]:
               help="Comma-separated stages: process counts (local) or node counts (slurm). "
                    "Default: 1,2,4,... up to this host's cores (local); 1,2,4 (slurm).")
 @click.option("--mode", default="ddp", show_default=True,
-              type=click.Choice(["ddp", "pipeline", "zero1", "zero2", "zero3"]))
+              type=click.Choice(MODES))
 @click.option("--launcher", default="local", show_default=True,
-              type=click.Choice(["local", "slurm"]))
+              type=click.Choice(LAUNCHERS))
 @click.option("--nproc-per-node", default=1, show_default=True, type=click.IntRange(min=1),
               help="Ranks per node (slurm).")
 @click.option("--steps", default=100, show_default=True, type=click.IntRange(min=1))
@@ -56,7 +57,7 @@ def _model_args(**sizes: int | None) -> tuple[str, ...]:
 @click.option("--master-port", type=click.IntRange(1, 65535), default=None,
               help="Rendezvous port for every launch (default: a free one each time).")
 @click.option("--out", type=click.Path(path_type=Path), default=None,
-              help="Run directory (default: a new runs/scale-test-<time>).")
+              help="Run directory (default: a new runs/scale-test-<time>-<id>).")
 @click.option("--html", "html_out", type=click.Path(path_type=Path),
               help="Also write a self-contained HTML report (table, scaling curve, plots) here.")
 @click.option("--dry-run", is_flag=True,
@@ -76,13 +77,14 @@ def scale_test(ctx, stages, mode, launcher, nproc_per_node, steps, batch, strong
       ddiag scale-test --stages 1,2 --mode zero2 --steps 50 --html st.html
       ddiag scale-test --launcher slurm --stages 1,2,4 --nproc-per-node 8 --dry-run
     """
+    from diag.format.rundir import default_run_dir
     from diag.report.terminal import render_scale_test, scale_test_status
     from diag.scaletest import plan
     from diag.scaletest.config import ScaleTestConfig, default_stages
     from diag.scaletest.run import scale_test as run_scale_test
     from diag.launch import LaunchError, parse_env_on
 
-    out = out or Path("runs") / time.strftime("scale-test-%Y%m%d-%H%M%S")
+    out = out or default_run_dir("scale-test", own_run=True)
     job_id = os.environ.get("SLURM_JOB_ID") if launcher == "slurm" else None
     if plan.run_dir_in_use(out, job_id):
         fail(f"{out} exists and is not empty; ddiag never overwrites a run: pass a new --out")

@@ -25,7 +25,6 @@ from diag.format import schema
 from diag.format.infile import open_regular
 
 SUBDIRS = ("events", "heartbeat", "env", "fr", "stacks", "probes", "logs")
-DEFAULT_RUN_DIR = "ddiag-run"
 # run.json is a few hundred bytes; a reader takes no more than this of one.
 MAX_RUN_JSON_BYTES = 1 << 20
 
@@ -35,22 +34,44 @@ def rank_file(rank: int, suffix: str) -> str:
     return f"rank{rank:05d}{suffix}"
 
 
-def resolve_run_dir(run_dir: str | os.PathLike | None = None) -> Path:
-    """The explicit argument, else $DDIAG_RUN_DIR, else ./ddiag-run."""
-    return Path(run_dir or os.environ.get("DDIAG_RUN_DIR") or DEFAULT_RUN_DIR)
+# --- where a run goes when nobody says ---------------------------------------------------
 
+TRAINING_RUN_DIR = Path("ddiag-run")
+"""The user's own training (``ddiag.instrument``, the reference trainer) given neither a
+run directory nor $DDIAG_RUN_DIR: one fixed folder, which every rank of a job finds
+without a launcher's help (docs/decorator.md)."""
 
 RUNS = Path("runs")
-"""Where a command given no --out puts its run, as ``scale-test`` does: one folder per
-run, all under one, relative to the working directory (shared by every node of a
-cluster whose home or project directory is)."""
+"""Where a ddiag command given no --out puts its run: one folder per run, all under one,
+relative to the working directory (shared by every node of a cluster whose home or
+project directory is)."""
 
 
-def fresh_run_dir(verb: str, tag: str | None = None) -> Path:
-    """``runs/<verb>-<tag>``; ``tag`` defaults to the local time and a random suffix, so
-    two runs started in the same second do not share a folder."""
-    tag = tag or f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    return RUNS / f"{verb}-{tag}"
+def training_run_dir(run_dir: str | os.PathLike | None = None) -> Path:
+    """The explicit argument, else $DDIAG_RUN_DIR, else ``TRAINING_RUN_DIR``."""
+    return Path(run_dir or os.environ.get("DDIAG_RUN_DIR") or TRAINING_RUN_DIR)
+
+
+def default_run_dir(verb: str, job: str | None = None, *, own_run: bool = False) -> Path:
+    """The run directory of a ddiag command given no --out; the one place that chooses it.
+
+    $DDIAG_RUN_DIR when set, so that what check-env or a probe writes lands beside the
+    training run's logs and analyze sees it; a command that starts runs of its own
+    (``own_run``: scale-test) never joins that one. Otherwise a new ``runs/<verb>-<tag>``:
+    for a rank of a job (``job``: a name every rank shares, e.g. the rendezvous address)
+    the launcher's run id or else ``job``, so every rank derives the same folder without
+    talking to the others; else the local time and a random suffix, so two runs started
+    in the same second do not share a folder.
+    """
+    if not own_run and os.environ.get("DDIAG_RUN_DIR"):
+        return Path(os.environ["DDIAG_RUN_DIR"])
+    if job is not None:
+        return RUNS / f"{verb}-{launcher_run_id() or job}"
+    return RUNS / f"{verb}-{_time_and_suffix()}"
+
+
+def _time_and_suffix() -> str:
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
 
 def launcher_run_id() -> str | None:
@@ -70,7 +91,7 @@ def launcher_run_id() -> str | None:
 def generated_run_id() -> str:
     """The id of a run no launcher named: one per run directory, so the ranks of one job
     on hosts that do not share the directory each have their own."""
-    return f"run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    return f"run-{_time_and_suffix()}"
 
 
 # What generated_run_id makes, and what a rank writes when it cannot make run.json.

@@ -9,10 +9,11 @@ is a Slurm client (srun, salloc...) whose SLURM_CONF is the lab's.
 from __future__ import annotations
 
 import os
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from diag import launch
 
 PROC = Path("/proc")
 
@@ -143,9 +144,13 @@ def wait_reaped(pids: list[int], timeout: float) -> None:
 
 def stop(pids: list[int], grace_s: float = 5.0) -> list[int]:
     """SIGTERM, then SIGKILL what is still running after ``grace_s``; return survivors."""
-    signal_all(pids, signal.SIGTERM)
-    left = wait_gone(pids, grace_s)
-    signal_all(left, signal.SIGKILL)
-    survivors = wait_gone(left, 2.0)
-    wait_reaped([p for p in pids if p not in survivors], 5.0)
-    return survivors
+    left = list(pids)
+
+    def ended(seconds: float | None) -> bool:
+        nonlocal left
+        left = wait_gone(left, seconds)
+        return not left
+
+    launch.stop(lambda signum: signal_all(left, signum), ended, grace_s, kill_wait_s=2.0)
+    wait_reaped([p for p in pids if p not in left], 5.0)
+    return left

@@ -7,20 +7,21 @@ from rich.table import Table
 
 from diag.checkenv.checks_cross import span
 from diag.checkenv.report import Report
-from diag.checkenv.types import CheckResult, Status
+from diag.checkenv.types import CheckResult
 from diag.report.terminal import quote, stdout_console
+from diag.verdict import Status
 
 STYLE = {Status.FAIL: "bold red", Status.WARN: "yellow", Status.OK: "green", Status.SKIP: "dim"}
 
 
 def where(result: CheckResult, report: Report) -> str:
     all_ranks = sorted(r for ranks in report.nodes.values() for r in ranks)
-    if not result.ranks and not result.nodes:
+    ranks, nodes = result.culprit.ranks, ", ".join(result.culprit.hosts)
+    if not ranks and not nodes:
         return "job"
-    if list(result.ranks) == all_ranks and len(report.nodes) > 1:
+    if list(ranks) == all_ranks and len(report.nodes) > 1:
         return "all"
-    nodes = ", ".join(result.nodes)
-    return f"{nodes} [{span(result.ranks)}]" if result.ranks else nodes
+    return f"{nodes} [{span(ranks)}]" if ranks else nodes
 
 
 def table(report: Report, statuses: tuple[Status, ...]) -> Table:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from diag.report.svg import NORMAL, SLOW, dot, esc, line, page, polyline, rect, svg, text
 from diag.scaletest.run import ScaleTestResult, peak_busbw
+from diag.scaletest.stage import StageStatus
 
 THROUGHPUT = "#27ae60"
 NORMALISED = "#16a2b8"
@@ -44,7 +45,7 @@ def stage_table(result: ScaleTestResult) -> str:
     for run, m, eff, tflops, norm in zip(result.stages, result.metrics, result.efficiency,
                                          result.compute_tflops, result.efficiency_normalised):
         cliff = run.stage == result.cliff_stage
-        status = esc(run.status) + (" &larr; cliff" if cliff else "")
+        status = esc(run.status.value) + (" &larr; cliff" if cliff else "")
         cells = [_num(m and m.samples_per_s, ".1f"), _num(eff, ".2f"), _num(tflops, ".3f"),
                  _num(norm, ".2f"),
                  _num(m and m.step_p50_s, ".1f", 1000), _num(m and m.step_p95_s, ".1f", 1000),
@@ -110,7 +111,7 @@ def _axes(result: ScaleTestResult, xs: list[float], eff_top: float, tp_top: floa
              text(LEFT + PLOT_W / 2, bottom + 36, "ranks (world size) per stage",
                   anchor="middle")]
     for x, run in zip(xs, result.stages):
-        color = "#1d2430" if run.status == "ok" else SLOW
+        color = "#1d2430" if run.status is StageStatus.OK else SLOW
         parts.append(text(x, bottom + 16, run.world_size, anchor="middle", fill=color))
     return "".join(parts)
 
@@ -206,7 +207,7 @@ def _stage_section(result: ScaleTestResult, i: int) -> str:
     run, m = result.stages[i], result.metrics[i]
     cliff = " (cliff)" if run.stage == result.cliff_stage else ""
     ranks = f"{run.world_size} rank{'s' if run.world_size > 1 else ''}"
-    head = f"<h2>Stage {esc(run.stage)}: {esc(ranks)}, {esc(run.status)}{cliff}</h2>"
+    head = f"<h2>Stage {esc(run.stage)}: {esc(ranks)}, {esc(run.status.value)}{cliff}</h2>"
     reason = f'<div class="ev">{esc(run.reason)}</div>' if run.reason else ""
     findings = "".join(
         f'<div class="f {esc(f.get("severity", ""))}"><span class="cat">'

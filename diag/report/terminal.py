@@ -139,7 +139,7 @@ def render_scale_test(result, console: Console | None = None) -> None:
     for run, m, tflops, eff, norm in zip(result.stages, result.metrics, result.compute_tflops,
                                          result.efficiency, result.efficiency_normalised):
         mark = " <- cliff" if run.stage == result.cliff_stage else ""
-        table.add_row(str(run.stage), str(run.world_size), quote(run.status) + mark,
+        table.add_row(str(run.stage), str(run.world_size), quote(run.status.value) + mark,
                       _fmt(m and m.samples_per_s, ".1f"), _fmt(m and m.step_p50_s and m.step_p50_s * 1000, ".1f"),
                       _fmt(m and m.step_p95_s and m.step_p95_s * 1000, ".1f"),
                       _fmt(m and m.comm_share, ".0%"), _fmt(m and m.data_share, ".0%"),

@@ -114,7 +114,6 @@ class EventWriter:
         self.path = Path(path)
         self.written = 0
         self.dropped = 0
-        self.heartbeat_errors = 0
         self._queue: collections.deque[dict] = collections.deque()
         self._observers: list[Callable[[dict], None]] = []
         self._ticks: list[Callable[[dict], None]] = []
@@ -209,7 +208,6 @@ class EventWriter:
             tmp.write_bytes(encode(doc))
             os.replace(tmp, self._heartbeat_path)  # readers see the old or the new, whole
         except Exception as exc:  # noqa: BLE001 - a heartbeat must never take training down
-            self.heartbeat_errors += 1
             self._warn(f"cannot write heartbeat {self._heartbeat_path}: {exc}")
 
     def _run(self) -> None:

@@ -28,7 +28,7 @@ from diag.runtime.collectives import (CollectiveRecorder, Deferred, StepBuckets,
                               dtype_name, hook_state, install)
 from diag.runtime.eventlog import FLUSH_INTERVAL_S, EventWriter, install_signal_flush
 from diag.format.names import STEP_PHASES
-from diag.format.rundir import RunDir, ensure_run_json, launcher_run_id, resolve_run_dir
+from diag.format.rundir import RunDir, ensure_run_json, launcher_run_id, training_run_dir
 
 log = logging.getLogger("ddiag")
 
@@ -62,7 +62,7 @@ class _Rank:
 class _State:
     def __init__(self, run_dir, grad_every: int, collectives: bool, signals: bool,
                  metrics: bool = False, flush_interval_s: float = FLUSH_INTERVAL_S) -> None:
-        self.run_dir = RunDir(resolve_run_dir(run_dir))
+        self.run_dir = RunDir(training_run_dir(run_dir))
         self.flush_interval_s = flush_interval_s
         self.want_metrics = metrics
         self.metrics = None

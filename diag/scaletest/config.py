@@ -6,8 +6,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-MODES = ("ddp", "pipeline", "zero1", "zero2", "zero3")
-LAUNCHERS = ("local", "slurm")
+from diag.launch import LAUNCHERS
+from reference_trainer.config import MODES
 
 
 def default_stages(launcher: str, cores: int | None = None) -> tuple[int, ...]:
@@ -67,7 +67,7 @@ class ScaleTestConfig:
         if self.mode not in MODES:
             raise ValueError(f"--mode must be one of {', '.join(MODES)}, got: {self.mode}")
         if self.launcher not in LAUNCHERS:
-            raise ValueError(f"--launcher must be local or slurm, got: {self.launcher}")
+            raise ValueError(f"--launcher must be {' or '.join(LAUNCHERS)}, got: {self.launcher}")
         if not self.stages or list(self.stages) != sorted(set(self.stages)) or self.stages[0] < 1:
             raise ValueError(f"--stages must be increasing positive counts, e.g. 1,2,4; "
                              f"got: {','.join(map(str, self.stages))}")

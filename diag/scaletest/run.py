@@ -14,8 +14,9 @@ from diag.scaletest.config import ScaleTestConfig
 from diag.scaletest.measure import (PROBE_NORMALISED, RAW, HostReading, StageMetrics,
                                     as_json, efficiencies, efficiency_basis, falls,
                                     normalised_efficiencies, stage_metrics, work_efficiency)
-from diag.scaletest.stage import (StageRun, StepOutcome, ddiag_cmd, launch_args, run_tool,
-                                  run_trainer)
+from diag.scaletest.stage import (StageRun, StageStatus, StepOutcome, ddiag_cmd, launch_args,
+                                  run_tool, run_trainer)
+from diag.verdict import Severity, Status
 
 
 @dataclass
@@ -34,9 +35,9 @@ class ScaleTestResult:
     @property
     def healthy(self) -> bool:
         """Every stage passed, no cliff, and no finding above info anywhere."""
-        return (all(r.status == "ok" for r in self.stages) and self.cliff_stage is None
-                and not self.interrupted and not any(
-                    f.get("severity") != "info" for fs in self.findings.values() for f in fs))
+        return (all(r.status is StageStatus.OK for r in self.stages)
+                and self.cliff_stage is None and not self.interrupted
+                and not any(_problem(f) for fs in self.findings.values() for f in fs))
 
     @property
     def compute_tflops(self) -> list[float | None]:
@@ -81,7 +82,7 @@ class ScaleTestResult:
 def _stage_json(run: StageRun, m: StageMetrics | None, eff: float | None,
                 normalised: float | None, findings) -> dict:
     return {"stage": run.stage, "world_size": run.world_size, "run_dir": str(run.run_dir),
-            "status": run.status, "reason": run.reason, "efficiency": eff,
+            "status": run.status.value, "reason": run.reason, "efficiency": eff,
             "efficiency_normalised": normalised, "compute_tflops": _median_tflops(run),
             "small_all_reduce_us": small_all_reduce_us(run),
             "metrics": as_json(m), "findings": findings or [],
@@ -108,8 +109,8 @@ def scale_test(cfg: ScaleTestConfig, status: Callable[[str], None]) -> ScaleTest
             run = run_stage(cfg, stage, status)
             result.stages.append(run)
             result.metrics.append(_measure(run, cfg, stage))
-            if run.status != "ok" and not cfg.keep_going:
-                status(f"stage {stage}: {run.status} ({run.reason}); stopping (--keep-going "
+            if run.status is not StageStatus.OK and not cfg.keep_going:
+                status(f"stage {stage}: {run.status.value} ({run.reason}); stopping (--keep-going "
                        "runs the later stages anyway)")
                 break
     except KeyboardInterrupt:
@@ -128,7 +129,7 @@ def run_stage(cfg: ScaleTestConfig, stage: int, status: Callable[[str], None]) -
         step = run_tool(name, cmd, cfg.stage_timeout_s, run.run_dir / "logs")
         run.steps.append(step)
         if name == "check-env" and not step.ok:
-            run.status, run.reason = "check-env failed", _failed_checks(step)
+            run.status, run.reason = StageStatus.CHECK_ENV_FAILED, _failed_checks(step)
             return run
     run.busiest = busiest_node(run.run_dir / "env")
     status(f"stage {stage}: training {cfg.mode} on {run.world_size} rank(s)")
@@ -136,7 +137,8 @@ def run_stage(cfg: ScaleTestConfig, stage: int, status: Callable[[str], None]) -
     run.steps.append(outcome)
     run.trainer, run.hang = outcome.doc, hang
     if not outcome.ok:
-        run.status, run.reason = ("hang" if hang else "failed"), outcome.detail
+        run.status = StageStatus.HANG if hang else StageStatus.FAILED
+        run.reason = outcome.detail
     return run
 
 
@@ -171,7 +173,8 @@ def busiest_node(env_dir: Path) -> tuple[str, int, int] | None:
 
 def _failed_checks(step: StepOutcome) -> str:
     results = (step.doc or {}).get("results", [])
-    failed = [f"{r.get('check')}: {r.get('summary')}" for r in results if r.get("status") == "fail"]
+    failed = [f"{r.get('check')}: {r.get('summary')}" for r in results
+              if r.get("status") == Status.FAIL.value]
     return "; ".join(failed)[:600] or step.detail
 
 
@@ -279,10 +282,10 @@ def _work_kept(result: ScaleTestResult, j: int, i: int) -> float | None:
 
 
 def verdict(result: ScaleTestResult) -> str:
-    failed = [r for r in result.stages if r.status != "ok"]
+    failed = [r for r in result.stages if r.status is not StageStatus.OK]
     if failed:
         r = failed[0]
-        return f"stage {r.stage} {r.status}: {_top(result, r.stage) or r.reason}"
+        return f"stage {r.stage} {r.status.value}: {_top(result, r.stage) or r.reason}"
     if result.cliff_stage is None:
         return _no_cliff(result)
     return _at_cliff(result)
@@ -406,5 +409,10 @@ def _median_tflops(run: StageRun) -> float | None:
 
 
 def _top(result: ScaleTestResult, stage: int) -> str | None:
-    findings = [f for f in result.findings.get(stage, []) if f.get("severity") != "info"]
+    findings = [f for f in result.findings.get(stage, []) if _problem(f)]
     return findings[0]["title"] if findings else None
+
+
+def _problem(finding: dict) -> bool:
+    """A finding (as Finding.to_json wrote it) above info: a problem, not a note."""
+    return finding.get("severity") != Severity.INFO.name.lower()

@@ -8,10 +8,10 @@ its stage.
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from diag.launch import stop_group
 from diag.scaletest.config import ScaleTestConfig
 
 
@@ -32,6 +33,18 @@ class StepOutcome:
     doc: dict | None = None
 
 
+class StageStatus(str, enum.Enum):
+    """How a stage ended; the value is what scale-test.json says."""
+
+    OK = "ok"
+    HANG = "hang"
+    """The watcher saw ranks stop making progress and ended the stage."""
+    FAILED = "failed"
+    """The trainer exited non-zero or timed out, with no hang seen."""
+    CHECK_ENV_FAILED = "check-env failed"
+    """check-env reported a failure: the trainer was not started."""
+
+
 @dataclass
 class StageRun:
     stage: int
@@ -40,7 +53,7 @@ class StageRun:
     steps: list[StepOutcome] = field(default_factory=list)
     trainer: dict | None = None
     hang: dict | None = None
-    status: str = "ok"
+    status: StageStatus = StageStatus.OK
     reason: str = ""
     busiest: tuple[str, int, int] | None = None
     """(node, ranks, cores) of the node with the most ranks per core, from check-env's
@@ -82,29 +95,15 @@ def _run_group(cmd: list[str], timeout: float, out: Path, err: Path,
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        kill_group(proc)
+        stop_group(proc)
         stdout, stderr = proc.communicate()
         stderr += f"\nddiag scale-test: stopped after {timeout:.0f} s"
     except BaseException:
-        kill_group(proc)
+        stop_group(proc)
         raise
     out.write_text(stdout)
     err.write_text(stderr)
     return proc.returncode, stdout, stderr
-
-
-def kill_group(proc: subprocess.Popen) -> None:
-    """SIGTERM the whole process group (ranks flush logs, dump FR), SIGKILL what is left."""
-    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def _env() -> dict:
@@ -186,9 +185,9 @@ def run_trainer(cfg: ScaleTestConfig, stage: int, run_dir: Path,
     except subprocess.TimeoutExpired:
         timed_out = True
     except BaseException:
-        kill_group(proc)
+        stop_group(proc)
         raise
-    kill_group(proc)
+    stop_group(proc)
     watcher.join(timeout=60)
     return _trainer_outcome(proc, run_dir, start, timed_out, hang), hang.get("doc")
 
@@ -200,7 +199,7 @@ def _watch_into(watch, run_dir, cfg, proc, hang: dict, status) -> None:
     if result.alarm is not None:
         hang["doc"] = result.to_json()
         status(f"hang: ranks {list(result.alarm.laggards)} lag; ending the stage")
-        kill_group(proc)
+        stop_group(proc)
 
 
 def _trainer_outcome(proc, run_dir: Path, start: float, timed_out: bool, hang: dict

@@ -21,9 +21,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from diag.watch import verify as watch_verify
+from diag.format.heartbeat import RankBeat
 from diag.format.infile import open_regular
 from diag.format.rundir import RunDir
-from diag.watch.decide import RankBeat
+from diag.launch import STOP_GRACE_S, stop
 from diag.watch.verify import REFUSED_EXIT, start_ticks, why_not_rank
 
 PYSPY_TIMEOUT_S = 20.0
@@ -204,7 +205,8 @@ def request_fr_dumps(gate: Gate, beats: dict[int, RankBeat]) -> list[int]:
     return sent
 
 
-def end_job(gate: Gate, beats: dict[int, RankBeat], grace_s: float = 10.0) -> list[int]:
+def end_job(gate: Gate, beats: dict[int, RankBeat], grace_s: float = STOP_GRACE_S
+            ) -> list[int]:
     """SIGTERM every verified local rank (their handlers flush logs and dump), SIGKILL
     those still running after ``grace_s``; under Slurm, ``scancel`` the job instead."""
     if os.environ.get("SLURM_JOB_ID") and not all(local(b) for b in beats.values()):
@@ -213,14 +215,21 @@ def end_job(gate: Gate, beats: dict[int, RankBeat], grace_s: float = 10.0) -> li
     # The start time tells the rank from a process that took its pid after it exited.
     pids = {r: (b.pid, start_ticks(b.pid)) for r, b in beats.items()
             if local(b) and gate.verified_here(b, "kill") is None}
-    for pid, _ in pids.values():
-        _signal(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(_alive(p) for p, _ in pids.values()):
-        time.sleep(0.1)
-    for pid, began in pids.values():
-        if began is not None and start_ticks(pid) == began:
-            _signal(pid, signal.SIGKILL)
+
+    def send(signum: int) -> None:
+        for pid, began in pids.values():
+            if began is not None and start_ticks(pid) == began:
+                _signal(pid, signum)
+
+    def ended(seconds: float | None) -> bool:
+        deadline = time.monotonic() + (float("inf") if seconds is None else seconds)
+        while any(_alive(p) for p, _ in pids.values()):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+        return True
+
+    stop(send, ended, grace_s, kill_wait_s=0.0)
     return sorted(pids)
 
 

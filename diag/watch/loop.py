@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Callable
 
 from diag.format import schema
+from diag.format.heartbeat import scan_beats
 from diag.format.infile import open_regular
 from diag.format.rundir import RunDir
-from diag.watch.decide import Alarm, Watcher, scan_beats
+from diag.watch.decide import Alarm, Watcher
 from diag.watch.capture import (Capture, Gate, Refusal, capture_stack, end_job,
                                 request_fr_dumps, write_replacing)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from diag.analyze import analyze
-from diag.verdict import Severity
+from diag.verdict import Category, Severity
 
 CASES = Path(__file__).resolve().parent / "cases"
 
@@ -28,8 +28,18 @@ def _cases() -> list:
     return [pytest.param(case, id=case.name) for case in found]
 
 
-def test_there_are_enough_cases() -> None:
-    assert len(_cases()) >= 20
+def test_every_case_folder_holds_a_log_and_a_verdict_the_vocabulary_knows() -> None:
+    # a folder without expected.json would silently drop out of test_case; so would a typo
+    # in a key, which would leave that part of the verdict unchecked
+    folders = sorted(p for p in CASES.iterdir() if p.is_dir())
+    assert len(folders) >= 20 and [c.values[0] for c in _cases()] == folders
+    known = {c.value for c in Category} | {None}
+    for case in folders:
+        expected = json.loads((case / "expected.json").read_text())
+        assert (case / "log.txt").read_text().strip(), case.name
+        assert set(expected) <= {"category", "culprit_rank", "culprit_env_var", "why"}, case.name
+        assert "category" in expected and expected["category"] in known, case.name
+        assert isinstance(expected.get("culprit_rank"), (int, type(None))), case.name
 
 
 @pytest.mark.parametrize("case", _cases())

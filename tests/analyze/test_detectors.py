@@ -45,7 +45,8 @@ def test_hang_names_the_rank_that_never_joined(tmp_path):
     finding, result = top(tmp_path)
     assert finding.category.value == "rank_hang"
     assert finding.culprit.ranks == (2,) and finding.culprit.hosts == ("node2",)
-    assert "rank 2 never joined all_reduce #11 (group 0)" in finding.title
+    assert (finding.details["missed_seq"], finding.details["group"]) == (11, "0")
+    assert "all_reduce" in finding.title  # the collective it never joined, by name
     victims = [f for f in result.findings if not f.root_cause]
     assert victims and victims[0].details["waiting"] == [0, 1, 3]
 
@@ -360,7 +361,7 @@ def test_hang_after_a_shape_mismatch_is_its_symptom(tmp_path):
 def test_a_wrong_variable_is_not_also_reported_as_differing(tmp_path):
     """check-env: GLOO_SOCKET_IFNAME=eth9 fails on node2; that it differs from node1's
     eth0 restates the same fault."""
-    from diag.analyze.detectors.env_snapshots import _restates
+    from diag.analyze.detectors.config import _restates
     from diag.checkenv.types import fail, warn
 
     wrong = fail("net.gloo_ifname", "no such interface eth9", "fix", nodes=("node2",),

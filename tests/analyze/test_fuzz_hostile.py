@@ -23,7 +23,7 @@ from diag.runtime.eventlog import encode
 from diag.report.terminal import render_analysis, render_summary
 from diag.report.html import render_html
 from diag.analyze.summary import summarize
-from diag.watch.decide import read_beats
+from diag.format.heartbeat import read_beats
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture,

@@ -9,7 +9,6 @@ import json
 import os
 import pickle
 import resource
-import subprocess
 import sys
 import tempfile
 from pathlib import Path

@@ -174,15 +174,6 @@ def test_nccl_cuda_failure_and_result_codes() -> None:
     )
 
 
-def test_nccl_error_trace_is_kept_once_per_process() -> None:
-    sigs = signals(
-        "h:1:1 [0] NCCL INFO init.cc:1534 -> 2",
-        "h:1:1 [0] NCCL INFO init.cc:1799 -> 2",
-        "h:1:1 [0] NCCL INFO init.cc:1800 -> 0",
-    )
-    assert [s.kind for s in sigs] == ["nccl_error_trace"]
-
-
 def test_nccl_interface_problems() -> None:
     assert "nccl_no_interface" in kinds(
         "h:1:1 [0] bootstrap.cc:46 NCCL WARN Bootstrap : no socket interface found"
@@ -510,7 +501,6 @@ def test_elastic_failure_blocks() -> None:
     assert fails[1].fields["signal"] == "SIGKILL" and fails[1].time == parse_time(
         "2024-01-02 03:04:05"
     )
-    assert "elastic_child_failed" in {s.kind for s in sigs}
     assert next(s for s in sigs if s.kind == "nccl_ib_no_device").rank == 1  # via its pid
 
 
@@ -581,16 +571,6 @@ def test_excerpt_starting_mid_traceback_keeps_frames_and_tiny_tensor() -> None:
         "RuntimeError: [../third_party/gloo/gloo/transport/tcp/un",
     )
     assert sig.fields["tiny_tensor"] and sig.fields["in_collective"]
-
-
-def test_cpp_terminate() -> None:
-    assert (
-        one(
-            "cpp_terminate",
-            "terminate called after throwing an instance of 'c10::DistBackendError'",
-        ).fields["type"]
-        == "c10::DistBackendError"
-    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -677,10 +657,6 @@ def test_ddp_unused_parameters() -> None:
     assert "ddp_unused_params" in kinds(
         "RuntimeError: It looks like your LightningModule has parameters that were "
         "not used in producing the loss returned by training_step."
-    )
-    assert "ddp_find_unused_noop" in kinds(
-        "find_unused_parameters=True was specified in DDP constructor, but did "
-        "not find any unused parameters in the forward pass."
     )
 
 
@@ -790,8 +766,9 @@ def test_hostile_lines_never_raise() -> None:
         "NCCL WARN " + "Connect to " * 3000,
     ]
     result = signals(*nasty)
-    assert isinstance(result, list)
     assert not [s for s in result if s.kind == "extract_errors"], [s.fields for s in result]
+    # what these lines do say is still read: the last-but-one is a tee'd OOM kill
+    assert [(s.kind, s.fields.get("weak")) for s in result if s.kind == "oom"] == [("oom", True)]
 
 
 def test_watchdog_lookahead_at_end_of_file() -> None:
@@ -805,8 +782,34 @@ def test_watchdog_lookahead_at_end_of_file() -> None:
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.text(max_size=300), max_size=20))
-def test_any_text_extracts_without_raising(lines: list[str]) -> None:
-    assert isinstance(signals(*lines), list)
+def test_any_text_extracts_without_a_parser_breaking(lines: list[str]) -> None:
+    # extract() never raises by design, so what can fail here is a parser that broke on a
+    # line (counted as extract_errors) or a signal that points outside the file
+    sigs = signals(*lines)
+    assert not [s for s in sigs if s.kind == "extract_errors"], [s.fields for s in sigs]
+    assert all(s.file == "job.log" and 1 <= s.line <= len(lines) for s in sigs)
+
+
+def test_a_line_that_breaks_a_parser_is_skipped_counted_and_the_rest_is_read(
+    monkeypatch,
+) -> None:
+    from diag.analyze import textlog
+
+    feed = textlog.Extractor.feed
+
+    def feed_that_breaks_on_line_2(self, n, raw):
+        if n == 2:
+            raise ValueError("parser bug")
+        return feed(self, n, raw)
+
+    monkeypatch.setattr(textlog.Extractor, "feed", feed_that_breaks_on_line_2)
+    sigs = signals("Killed", "Killed", "srun: error: Node failure on node07")
+    assert [(s.kind, s.line) for s in sigs] == [
+        ("oom", 1),
+        ("slurm_node_failure", 3),
+        ("extract_errors", 0),
+    ]
+    assert sigs[-1].fields == {"count": 1}
 
 
 def test_large_nccl_log_gives_one_channel_signal_per_process() -> None:

@@ -6,6 +6,8 @@ import json
 import socket
 import sys
 
+import pytest
+
 from diag.checkenv.snapshot import read_snapshots
 from tests.util import quiet_env, run, torchrun_cmd
 
@@ -16,6 +18,7 @@ def results(doc: dict, status: str) -> dict[str, dict]:
     return {r["check"]: r for r in doc["results"] if r["status"] == status}
 
 
+# Not slow (3 s): the fast tier's one launch of real gloo ranks, through diag.launch.
 def test_local_launcher_two_ranks_healthy(tmp_path):
     res = run([sys.executable, *DDIAG, "check-env", "--all-ranks", "--launcher", "local",
                "--nproc-per-node", "2", "--out", str(tmp_path), "--json"], timeout=120)
@@ -35,6 +38,7 @@ def test_local_launcher_two_ranks_healthy(tmp_path):
     assert all(s.group.ok and s.group.t_sync for s in snaps)
 
 
+@pytest.mark.slow
 def test_inside_torchrun_a_missing_interface_fails_and_names_it(tmp_path):
     env = quiet_env(GLOO_SOCKET_IFNAME="eth9")
     cmd = torchrun_cmd(2, "diag.cli", "check-env", "--all-ranks", "--out", str(tmp_path),

@@ -9,7 +9,7 @@ from diag.checkenv.checks_host import (
 )
 from diag.checkenv.checks_launch import check_geometry, check_threads, check_visible_devices
 from diag.checkenv.facts import Limits
-from diag.checkenv.types import Status
+from diag.verdict import Status
 from tests.checkenv.factories import facts, launch_env
 
 GPUS = tuple(f"GPU-{i}" for i in range(8))
@@ -39,7 +39,7 @@ def test_no_launcher_skips_geometry():
 def test_fewer_visible_gpus_than_local_ranks_fails():
     env = launch_env(rank=3, local_world=4, CUDA_VISIBLE_DEVICES="0,1")
     [res] = check_visible_devices(facts(env=env, gpu_uuids=GPUS[:2]))
-    assert res.status is Status.FAIL and res.env_var == "CUDA_VISIBLE_DEVICES"
+    assert res.status is Status.FAIL and res.culprit.env_var == "CUDA_VISIBLE_DEVICES"
     assert "2 GPUs visible for LOCAL_RANK=3 of LOCAL_WORLD_SIZE=4" in res.summary
 
 
@@ -88,7 +88,7 @@ def test_infiniband_present_but_disabled_warns():
     f = facts(env=launch_env(NCCL_IB_DISABLE="1"), ib_devices=("mlx5_0",), dev_infiniband=True,
               libibverbs_error=None)
     [res] = check_infiniband(f)
-    assert res.status is Status.WARN and res.env_var == "NCCL_IB_DISABLE"
+    assert res.status is Status.WARN and res.culprit.env_var == "NCCL_IB_DISABLE"
 
 
 def test_infiniband_without_dev_or_libibverbs_fails():

@@ -8,7 +8,7 @@ from diag.checkenv.catalog import CATALOG, Scope, in_family
 from diag.checkenv.checks_vars import (
     check_deprecated, check_typos, check_values, check_variables, edit_distance, typo_of,
 )
-from diag.checkenv.types import Status
+from diag.verdict import Status
 from tests.checkenv.factories import facts, launch_env
 
 
@@ -30,7 +30,7 @@ def test_healthy_launch_env_is_one_ok_row():
 ])
 def test_invalid_values_fail_naming_variable_value_and_valid_values(name, value):
     [res] = check_values(with_env(**{name: value}))
-    assert res.status is Status.FAIL and res.env_var == name
+    assert res.status is Status.FAIL and res.culprit.env_var == name
     assert f"{name}={value!r}" in res.summary and "expected" in res.summary
     assert CATALOG[name].values.text in res.fix
 
@@ -56,7 +56,7 @@ def test_valid_values_pass(name, value):
 ])
 def test_deprecated_names_warn_with_replacement(old, new):
     [res] = check_deprecated(with_env(**{old: "1"}))
-    assert res.status is Status.WARN and res.env_var == old and new in res.fix
+    assert res.status is Status.WARN and res.culprit.env_var == old and new in res.fix
 
 
 def test_deprecated_name_says_when_the_new_one_is_also_set_and_wins():
@@ -74,7 +74,7 @@ def test_deprecated_name_says_when_the_new_one_is_also_set_and_wins():
 def test_typos_name_the_variable_meant(typo, known):
     assert typo_of(typo) == known
     [res] = check_typos(facts(env_names=(typo, "PATH")))
-    assert res.status is Status.WARN and res.env_var == typo and known in res.summary
+    assert res.status is Status.WARN and res.culprit.env_var == typo and known in res.summary
 
 
 @pytest.mark.parametrize("name", [

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from diag.checkenv.checks_launch import check_visible_devices
 from diag.checkenv.checks_vars import check_values
 from diag.checkenv.collect import host_gpus
-from diag.checkenv.types import Status
+from diag.verdict import Status
 from diag.cli import main
 from tests.checkenv.factories import facts, launch_env
 from tests.util import quiet_env, run
@@ -51,7 +51,7 @@ def test_default_run_dir_is_under_runs_not_the_working_directory(tmp_path):
 @pytest.mark.parametrize("value", ["verbose", "LOUD"])
 def test_an_unknown_nccl_debug_level_warns_because_nccl_ignores_it(value):
     [res] = check_values(facts(env=launch_env(NCCL_DEBUG=value)))
-    assert res.status is Status.WARN and res.env_var == "NCCL_DEBUG"
+    assert res.status is Status.WARN and res.culprit.env_var == "NCCL_DEBUG"
     assert "ignore" in res.summary
     assert all(level in res.summary for level in ("VERSION", "WARN", "INFO", "TRACE"))
 
@@ -59,7 +59,7 @@ def test_an_unknown_nccl_debug_level_warns_because_nccl_ignores_it(value):
 def test_cuda_visible_devices_naming_gpus_the_host_lacks_warns():
     env = launch_env(CUDA_VISIBLE_DEVICES="7")
     [res] = check_visible_devices(facts(env=env, host_gpus=0))
-    assert res.status is Status.WARN and res.env_var == "CUDA_VISIBLE_DEVICES"
+    assert res.status is Status.WARN and res.culprit.env_var == "CUDA_VISIBLE_DEVICES"
     assert "7" in res.summary and "0 GPU" in res.summary
     # CUDA stops at the first ordinal that does not exist: 0,7,1 on 4 GPUs is GPU 0 only.
     env = launch_env(CUDA_VISIBLE_DEVICES="0,7,1")

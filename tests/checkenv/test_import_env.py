@@ -13,7 +13,7 @@ import pytest
 from diag.checkenv import importenv
 from diag.checkenv.checks_vars import check_values
 from diag.checkenv.run import start_failure
-from diag.checkenv.types import Status
+from diag.verdict import Status
 from tests.checkenv.factories import facts, launch_env
 from tests.util import quiet_env, run
 
@@ -52,7 +52,7 @@ def test_env_on_values_travel_aside_to_the_node_they_name():
 ])
 def test_values_torch_rejects_at_import_fail_and_say_so(name, value, allowed):
     [res] = check_values(facts(env=launch_env(**{name: value})))
-    assert res.status is Status.FAIL and res.check == "vars.value" and res.env_var == name
+    assert res.status is Status.FAIL and res.check == "vars.value" and res.culprit.env_var == name
     assert all(a in res.summary for a in allowed) and "import torch" in res.summary
 
 
@@ -61,8 +61,9 @@ def test_torch_own_verdict_after_import_is_a_finding_too():
     f = facts(env=launch_env(TORCH_LOGS="garbage"),
               import_errors={"TORCH_LOGS": "Invalid log settings: garbage, must be ..."})
     [res] = check_values(f)
-    assert res.status is Status.FAIL and res.env_var == "TORCH_LOGS"
-    assert any("Invalid log settings: garbage" in e for e in res.evidence)
+    assert res.status is Status.FAIL and res.culprit.env_var == "TORCH_LOGS"
+    assert [(e.file, e.text) for e in res.evidence] == [
+        ("at import", "Invalid log settings: garbage, must be ...")]
 
 
 def test_vet_after_import_puts_back_valid_values_and_reports_bad_ones(monkeypatch, tmp_path):
@@ -92,6 +93,7 @@ def test_check_env_reports_a_bad_torch_distributed_debug_without_a_traceback(tmp
     assert bad["TORCH_LOGS_FORMAT"]["status"] == "fail"
 
 
+@pytest.mark.slow
 def test_all_ranks_report_a_bad_torch_distributed_debug_from_every_rank(tmp_path):
     res = run([*DDIAG, "--all-ranks", "--launcher", "local", "--nproc-per-node", "2",
                "--out", str(tmp_path / "r"), "--json", "--group-timeout", "20"], timeout=150,
@@ -113,6 +115,8 @@ def test_ranks_that_died_before_their_snapshot_are_explained_by_the_launcher_std
     assert "ValueError: The value of X must be A, B" in res.summary
     assert "ChildFailedError" not in res.summary
     assert res.evidence and len(res.evidence) <= 20
+    assert {e.file for e in res.evidence} == {"launcher stderr"}
+    assert res.evidence[-1].text == stderr.rstrip().splitlines()[-1].rstrip()
     assert start_failure(2, 2, 0, "") == []
     [quiet] = start_failure(2, 0, -9, "")
     assert "exit -9" in quiet.summary or "-9" in quiet.summary

@@ -8,7 +8,7 @@ import time
 
 from diag.format import schema
 from diag.checkenv import rendezvous
-from diag.checkenv.types import Status
+from diag.verdict import Category, Status
 from tests.util import free_port
 
 
@@ -50,8 +50,8 @@ def test_dropped_port_fails_naming_the_nodes_and_master_port():
                {"role": "client", "outcome": "timeout", "node": "node2"},
                {"role": "client", "outcome": "open", "node": "node4"})
     [result] = rendezvous.check_rendezvous(doc)
-    assert result.status is Status.FAIL and result.env_var == "MASTER_PORT"
-    assert result.nodes == ("node2", "node3")
+    assert result.status is Status.FAIL and result.culprit.env_var == "MASTER_PORT"
+    assert result.culprit.hosts == ("node2", "node3")
     assert "node1:29555" in result.summary and "dropped" in result.summary
     assert rendezvous.blocking(doc)
 
@@ -65,7 +65,7 @@ def test_all_reached_is_ok_and_does_not_block():
 def test_bind_failure_is_an_env_fault_on_the_master():
     doc = _doc({**MASTER, "outcome": "bind_failed", "error": "Address already in use"})
     [result] = rendezvous.check_rendezvous(doc)
-    assert result.nodes == ("node1",) and result.category == "env_misconfig"
+    assert result.culprit.hosts == ("node1",) and result.category is Category.ENV_MISCONFIG
 
 
 def test_analyze_ranks_the_unreachable_port_above_its_symptom(tmp_path):

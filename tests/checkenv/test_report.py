@@ -7,12 +7,13 @@ import json
 
 from diag.format import schema
 from diag.analyze import analyze
-from diag.analyze.detectors import DETECTORS, env_snapshots
+from diag.analyze.detectors import DETECTORS, config
 from diag.checkenv.report import attach, build_report, merge, run_local
 from diag.checkenv.snapshot import (
     GroupOutcome, read_snapshots, snapshot_from_json, write_snapshot,
 )
-from diag.checkenv.types import Status, fail, ok
+from diag.checkenv.types import fail, ok
+from diag.verdict import Status
 from diag.checkenv.facts import Versions
 from tests.checkenv.factories import snap
 
@@ -26,7 +27,7 @@ def test_identical_results_of_many_ranks_merge_into_one_row():
         attach([ok("host.shm", "/dev/shm is 16.0 GiB")], 3, "node2") + \
         attach([fail("net.x", "bad", "fix")], 2, "node2")
     merged = merge(rows)
-    assert [(r.check, r.ranks, r.nodes) for r in merged] == [
+    assert [(r.check, r.culprit.ranks, r.culprit.hosts) for r in merged] == [
         ("net.x", (2,), ("node2",)), ("host.shm", (0, 3), ("node1", "node2"))]
 
 
@@ -46,7 +47,7 @@ def test_report_with_a_missing_rank_and_a_failed_check():
     assert report.status is Status.FAIL and report.missing_ranks == (3,)
     iface = next(r for r in report.results if r.check == "net.gloo_ifname"
                  and r.status is Status.FAIL)
-    assert iface.nodes == ("node2",) and iface.ranks == (2,)
+    assert iface.culprit.hosts == ("node2",) and iface.culprit.ranks == (2,)
 
 
 def test_snapshot_round_trips_through_its_file(tmp_path):
@@ -91,7 +92,7 @@ def write_run(tmp_path, snaps):
 
 
 def test_detector_is_registered():
-    assert env_snapshots.detect in DETECTORS
+    assert config.detect in DETECTORS
 
 
 def test_analyze_turns_snapshots_into_findings_naming_node_and_variable(tmp_path):

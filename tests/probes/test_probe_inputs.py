@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from probes.run import default_out, import_breakers
+from diag.format.rundir import default_run_dir
+from probes.run import import_breakers
 
 
 def test_a_variable_import_torch_rejects_is_refused_before_any_rank_starts(tmp_path):
@@ -28,7 +29,7 @@ def test_import_breakers_judges_only_bad_values():
 
 def test_default_run_folder_is_under_runs(monkeypatch):
     monkeypatch.delenv("DDIAG_RUN_DIR", raising=False)
-    out = default_out()
+    out = default_run_dir("probe")
     assert out.parts[0] == "runs" and out.name.startswith("probe-")
     monkeypatch.setenv("DDIAG_RUN_DIR", "/tmp/x")
-    assert default_out() == Path("/tmp/x")
+    assert default_run_dir("probe") == Path("/tmp/x")

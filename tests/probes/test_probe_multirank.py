@@ -17,6 +17,7 @@ def ddiag_probe(*args: str) -> list[str]:
     return [sys.executable, "-m", "diag.cli", "probe", *args]
 
 
+@pytest.mark.slow
 def test_links_three_ranks_measure_all_six_directions():
     """Three "nodes": an odd count, so every round has a bye."""
     res = run(torchrun_cmd(3, LINKS_JOB), timeout=120)
@@ -29,6 +30,7 @@ def test_links_three_ranks_measure_all_six_directions():
                for x in doc["links"])
 
 
+@pytest.mark.slow
 def test_suspect_links_are_measured_again_and_keep_the_better_reading():
     res = run(torchrun_cmd(2, LINKS_JOB), timeout=120, env=quiet_env(LINKS_SLOW_RATIO="10"))
     assert res.returncode == 0, res.stderr[-3000:]
@@ -37,6 +39,7 @@ def test_suspect_links_are_measured_again_and_keep_the_better_reading():
     assert all(x["slow"] and x["gbit_per_s"] > 0 for x in doc["links"])
 
 
+@pytest.mark.slow
 def test_collectives_sweep_through_the_cli(tmp_path):
     res = run(ddiag_probe("collectives", "--launcher", "local", "--nproc-per-node", "2",
                           "--min-bytes", "4096", "--max-bytes", "65536", "--seconds", "0.02",
@@ -55,6 +58,7 @@ def test_collectives_sweep_through_the_cli(tmp_path):
         assert r["busbw"] == pytest.approx(r["algbw"] * factor[r["op"]])
 
 
+@pytest.mark.slow
 def test_compute_through_the_cli(tmp_path):
     res = run(ddiag_probe("compute", "--launcher", "local", "--nproc-per-node", "2",
                           "--size", "256", "--seconds", "0.2", "--out", str(tmp_path),
@@ -78,6 +82,7 @@ def test_probe_outside_a_job_says_how_to_start_one():
     assert res.returncode == 2 and "--launcher local" in res.stderr
 
 
+@pytest.mark.slow
 def test_all_runs_collectives_and_compute_in_one_launch(tmp_path):
     """One host: no link to measure, the other two at their own commands' defaults, each
     written to its own file as if run alone."""

@@ -109,7 +109,7 @@ def test_cli_outside_an_allocation_execs_salloc(tmp_path):
 
 def test_the_hang_watcher_gets_the_allocation(tmp_path):
     from diag.scaletest.stage import _watch_into
-    from diag.watch.decide import RankBeat
+    from diag.format.heartbeat import RankBeat
     from diag.watch.capture import on_node
 
     seen = {}

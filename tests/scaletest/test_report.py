@@ -9,6 +9,7 @@ import dataclasses
 import subprocess
 import sys
 
+import pytest
 from rich.console import Console
 
 from diag.format.events import read_run_events
@@ -20,7 +21,7 @@ from diag.report.svg import SLOW
 from diag.scaletest.config import ScaleTestConfig
 from diag.scaletest.measure import efficiencies, stage_metrics
 from diag.scaletest.run import ScaleTestResult
-from diag.scaletest.stage import StageRun
+from diag.scaletest.stage import StageRun, StageStatus
 from tests.analyze.test_reports import (
     CHROMIUM_FLAGS, HOSTILE, HOSTILE_NAME, NEEDS_CHROMIUM, Dom, assert_inert, chromium_dom,
 )
@@ -50,6 +51,7 @@ def assert_self_contained(page: str) -> None:
     assert "<script" not in page.lower() and "http" not in page and "src=" not in page
 
 
+@pytest.mark.slow
 def test_report_has_table_curve_cliff_and_every_stage(local_run):
     page = render_scale_test_html(cliff_result(local_run.out))
     assert_self_contained(page)
@@ -65,6 +67,7 @@ def test_report_has_table_curve_cliff_and_every_stage(local_run):
     assert "rank 1 is a compute straggler" in page
 
 
+@pytest.mark.slow
 def test_cli_writes_the_report_of_a_real_run(local_run):
     assert local_run.res.returncode in (0, 1), local_run.res.stderr[-3000:]
     page = local_run.html.read_text()
@@ -83,6 +86,7 @@ def test_cli_refuses_an_existing_html_path_before_running(tmp_path):
 
 
 @NEEDS_CHROMIUM
+@pytest.mark.slow
 def test_report_renders_offline_in_headless_chromium(local_run, tmp_path):
     html = tmp_path / "report.html"
     html.write_text(render_scale_test_html(cliff_result(local_run.out)))
@@ -97,9 +101,11 @@ def test_report_renders_offline_in_headless_chromium(local_run, tmp_path):
     assert shot.stat().st_size > 10_000  # a rendered page, not a blank one
 
 
+@pytest.mark.slow
 def test_a_failed_stage_shows_its_reason_and_no_plots(local_run):
     result = cliff_result(local_run.out)
-    result.stages[1].status, result.stages[1].reason = "hang", "hang detected by the watcher"
+    result.stages[1].status = StageStatus.HANG
+    result.stages[1].reason = "hang detected by the watcher"
     result.metrics[1], result.efficiency[1], result.cliff_stage = None, None, None
     page = render_scale_test_html(result)
     assert_self_contained(page)
@@ -140,13 +146,14 @@ def test_terminal_table_has_both_efficiencies():
 
 def hostile_result(tmp_path) -> ScaleTestResult:
     """Every string field of a result that reaches the report is hostile: the run
-    directory's name, the Slurm job id, the verdict, stage statuses and reasons, the
-    stages' findings (from the inputs' hosts and logs) and a rank's name."""
+    directory's name, the Slurm job id, the verdict, stage reasons, the stages' findings
+    (from the inputs' hosts and logs) and a rank's name. (A stage's status is a
+    StageStatus, never text from the inputs.)"""
     r = result([1.0, 0.59, 0.12], SHARED[0], small_us=SHARED[1])
     r.config = dataclasses.replace(r.config, out=tmp_path / f"st{HOSTILE_NAME}",
                                    slurm_job_id=f"job{HOSTILE}")
     r.verdict = f"verdict{HOSTILE}"
-    r.stages[1].status, r.stages[1].reason = f"status{HOSTILE}", f"reason{HOSTILE}"
+    r.stages[1].status, r.stages[1].reason = StageStatus.FAILED, f"reason{HOSTILE}"
     r.metrics[2].per_rank_p50_s[f"rank{HOSTILE}"] = 0.1
     r.metrics[2].per_rank_p95_s[f"rank{HOSTILE}"] = 0.2
     r.findings[4] = [{"severity": f"severity{HOSTILE}", "category": f"category{HOSTILE}",
@@ -155,7 +162,7 @@ def hostile_result(tmp_path) -> ScaleTestResult:
 
 
 HOSTILE_SHOWN = [f"{field}{HOSTILE}" for field in (
-    "job", "verdict", "status", "reason", "rank", "category", "title", "fix")] + [
+    "job", "verdict", "reason", "rank", "category", "title", "fix")] + [
     f"st{HOSTILE_NAME}"]
 
 

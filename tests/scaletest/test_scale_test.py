@@ -61,6 +61,7 @@ def test_stage_metrics_skip_warmup_and_split_time(tmp_path):
     assert m.per_rank_p50_s == m.per_rank_p95_s == {"0": 0.2, "1": 0.2}
 
 
+@pytest.mark.slow
 def test_local_scale_test_end_to_end(local_run):
     out, res = local_run.out, local_run.res
     assert res.returncode in (0, 1), res.stderr[-3000:]

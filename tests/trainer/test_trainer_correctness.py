@@ -10,6 +10,8 @@ from reference_trainer.config import ModelConfig
 from reference_trainer.model import build_model
 from tests.trainer.conftest import STEPS
 
+pytestmark = pytest.mark.slow  # the trained runs are launched on gloo ranks (4-8 s each)
+
 # Summation order differs between one process and a gloo all_reduce, and Adam's
 # normalisation magnifies that for near-zero gradients, so a few weights differ by a few
 # percent of one step (lr 3e-3). Measured after 12 steps: max 1.3e-4, relative 6e-5, loss

@@ -19,6 +19,8 @@ from tests.trainer.runner import (Launch, assert_no_strays, assert_verdict, fr_e
                                   last_collective, launch, steps_of, top_finding, trainer_cmd)
 from tests.util import quiet_env
 
+pytestmark = pytest.mark.slow  # every test launches the trainer on gloo ranks
+
 # Short enough that a hang ends in seconds; long enough for a loaded 2-core machine.
 TIMEOUT = ("--timeout-s", "4")
 STEPS = ("--steps", "5")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the trained runs are launched on gloo ranks (4-8 s each)
+
 
 def _memory(run) -> dict[int, dict]:
     """Each rank's last memory record (after the last step)."""

@@ -1,26 +1,26 @@
-"""Every detector, in no particular order: ``analyze`` ranks what they return.
+"""Every detector, one module per question: ``analyze`` ranks what they return.
 
 A detector is ``detect(inputs: Inputs) -> list[Finding]``: pure, no printing, no I/O.
+A question's module holds ``detect``, over ddiag's structured inputs (event logs,
+heartbeats, Flight Recorder dumps, probe and check-env documents), and ``detect_text``,
+over the signals parsed from text logs (diag/analyze/textlog.py), where it has them.
+
+    hang       a rank stopped and the others wait for it
+    mismatch   ranks disagree on a collective's op or sizes
+    failure    the rank that crashed first (OOM, an exception, a hardware error)
+    nan        the rank where non-finite values appeared first
+    straggler  a rank consistently last at collectives
+    network    peers that cannot reach each other, slow links
+    config     the job's configuration and environment (addresses, ports, versions, check-env)
 """
 
 from __future__ import annotations
 
-# structured-input detectors (event logs, heartbeats, Flight Recorder)
-from diag.analyze.detectors import failures, hangs, mismatch, nan, probe_links, stragglers
+from diag.analyze.detectors import config, failure, hang, mismatch, nan, network, straggler
 
-DETECTORS: list = [hangs.detect, mismatch.detect, failures.detect, nan.detect,
-                   stragglers.detect, probe_links.detect]
-
-# text-log detectors (signals parsed by diag/analyze/textlog.py)
-from diag.analyze.detectors import (logs_config, logs_failures, logs_hangs,  # noqa: E402,I001
-                                    logs_network, logs_perf)
-
-DETECTORS += [logs_config.detect, logs_network.detect, logs_hangs.detect, logs_failures.detect,
-              logs_perf.detect]
-# end text-log detectors
-
-# check-env snapshot detector (RUN_DIR/env/rank*.json from ddiag check-env)
-from diag.analyze.detectors import env_snapshots  # noqa: E402,I001
-
-DETECTORS += [env_snapshots.detect]
-# end check-env snapshot detector
+# In this order, findings that rank equal keep the order they have always had.
+DETECTORS: list = [
+    hang.detect, mismatch.detect, failure.detect, nan.detect, straggler.detect, network.detect,
+    config.detect_text, network.detect_text, hang.detect_text, failure.detect_text,
+    straggler.detect_text, config.detect,
+]

@@ -1,11 +1,20 @@
-"""Small lookups several detectors share: exceptions per rank, stack dumps per rank."""
+"""What several detectors share: over ddiag's records, exceptions, clean closes, pids and
+stack dumps per rank; over text-log signals, the signals indexed by kind, the job's shape
+(world size, hosts) as the logs reveal it, and findings built with their quoted evidence."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
+from collections import defaultdict
 
 from diag.analyze.inputs import RANK_IN_NAME, Inputs
-from diag.verdict import Evidence
+from diag.analyze.signals import Signal
+from diag.format.schema import MAX_WORLD_SIZE
+from diag.verdict import Category, Culprit, Evidence, Finding, Severity
+
+# =======================================================================================
+# Records: exceptions and stacks per rank
 
 
 def exception_ranks(inputs: Inputs) -> set[int]:
@@ -72,8 +81,8 @@ _USER_MARK = " <- user code"
 
 # ddiag's own wrappers sit between the user's call and torch's; they are not where the
 # user's program is stuck, wherever ddiag is installed from.
-_OWN_FRAMES = re.compile(r"[/\\]diag[/\\](collectives|instrument|eventlog|flight_recorder|"
-                         r"metrics)\.py$")
+_OWN_FRAMES = re.compile(r"[/\\]diag[/\\]runtime[/\\](collectives|instrument|eventlog|"
+                         r"flight_recorder|metrics)\.py$")
 
 
 def _is_user_code(frame: dict) -> bool:
@@ -86,3 +95,212 @@ def _frame_text(frame: dict) -> str:
     where = frame.get("short_filename") or frame.get("filename")
     mark = _USER_MARK if _is_user_code(frame) else ""
     return f"{frame.get('name')} ({where}:{frame.get('line')}){mark}"
+
+
+# =======================================================================================
+# Text-log signals
+
+MAX_EVIDENCE = 8
+
+
+class SignalIndex:
+    """``inputs.signals`` grouped by kind, in input order."""
+
+    def __init__(self, signals: list[Signal]):
+        self.signals = signals
+        self.by_kind: dict[str, list[Signal]] = defaultdict(list)
+        for sig in signals:
+            self.by_kind[sig.kind].append(sig)
+
+    def of(self, *kinds: str) -> list[Signal]:
+        if len(kinds) == 1:
+            return list(self.by_kind.get(kinds[0], ()))
+        out = [s for k in kinds for s in self.by_kind.get(k, ())]
+        return sorted(out, key=lambda s: (s.file, s.line))
+
+    def has(self, *kinds: str) -> bool:
+        return any(self.by_kind.get(k) for k in kinds)
+
+
+def index(inputs) -> SignalIndex:
+    return SignalIndex(list(getattr(inputs, "signals", []) or []))
+
+
+# ---------------------------------------------------------------------------------------
+# The job's shape
+
+
+def world_size(idx: SignalIndex) -> int | None:
+    """The largest world size the logs state or imply (ranks 0..max seen, a torchrun agent's
+    failed + terminated workers)."""
+    sizes = [s.fields.get("n") for s in idx.of("world_size")]
+    sizes += [s.fields.get("nranks") for s in idx.of("nccl_init")]
+    sizes += [max(r) + 1 for r in [ranks_seen(idx)] if r]
+    sizes += [_agent_local_world(idx)]
+    sizes = [n for n in sizes if isinstance(n, int) and 0 < n <= MAX_WORLD_SIZE]
+    return max(sizes) if sizes else None
+
+
+def ranks_seen(idx: SignalIndex) -> set[int]:
+    return {s.rank for s in idx.signals if isinstance(s.rank, int) and 0 <= s.rank < MAX_WORLD_SIZE}
+
+
+def _agent_local_world(idx: SignalIndex) -> int | None:
+    # torchrun lists the workers that failed and SIGTERMs the rest: together, one node's workers
+    failed = {s.fields.get("pid") for s in idx.of("elastic_failure")}
+    closed = {s.fields.get("pid") for s in idx.of("elastic_closing")}
+    hosts = {s.host for s in idx.of("elastic_failure")}
+    if not failed or not closed or len(hosts) > 1:
+        return None
+    return len(failed | closed)
+
+
+def hosts_seen(idx: SignalIndex) -> set[str]:
+    return {s.host for s in idx.signals if s.host}
+
+
+def multi_node(idx: SignalIndex) -> bool:
+    """Whether the job spans hosts: two host names, two bootstrap addresses, or a stated
+    node count above one."""
+    if len(hosts_seen(idx)) > 1:
+        return True
+    if len({s.fields.get("addr") for s in idx.of("nccl_bootstrap")}) > 1:
+        return True
+    return any((s.fields.get("n") or 0) > 1 for s in idx.of("nnodes"))
+
+
+def env_values(idx: SignalIndex, var: str) -> list[Signal]:
+    return [s for s in idx.of("env") if s.fields.get("var") == var]
+
+
+# ---------------------------------------------------------------------------------------
+# Addresses
+
+
+def bare_address(addr: str) -> str:
+    addr = addr.strip().strip("[]")
+    return addr[7:] if addr.lower().startswith("::ffff:") else addr
+
+
+def classify_address(addr: str) -> str | None:
+    """Why ``addr`` cannot be a rendezvous host, or None when it looks like one:
+    "netmask", "wildcard", "loopback"."""
+    addr = bare_address(addr)
+    if addr.lower() in ("localhost", "localhost.localdomain"):
+        return "loopback"
+    try:
+        ip = ipaddress.ip_address(addr)
+    except ValueError:
+        return None
+    if ip.is_unspecified:
+        return "wildcard"
+    if ip.is_loopback:
+        return "loopback"
+    if ip.version == 4 and _is_netmask(str(ip)):
+        return "netmask"
+    return None
+
+
+def _is_netmask(addr: str) -> bool:
+    # 255.255.0.0, 255.255.255.0 ...: contiguous ones; no host has such an address
+    value = int(ipaddress.ip_address(addr))
+    inverted = (~value) & 0xFFFFFFFF
+    return value >> 24 == 255 and (inverted & (inverted + 1)) == 0
+
+
+def is_loopback(addr: str | None) -> bool:
+    return bool(addr) and classify_address(addr) == "loopback"
+
+
+def is_ip(addr: str) -> bool:
+    try:
+        ipaddress.ip_address(bare_address(addr))
+        return True
+    except ValueError:
+        return False
+
+
+# ---------------------------------------------------------------------------------------
+# Failures: a rank's own versus a consequence of another's
+
+_CONSEQUENCE_TYPES = frozenset({
+    "DistBackendError", "DistNetworkError", "DistStoreError", "DistError", "ChildFailedError",
+    "SignalException", "KeyboardInterrupt", "SystemExit", "BrokenPipeError", "ConnectionResetError",
+    "ConnectionRefusedError", "ConnectionAbortedError", "TimeoutError", "RendezvousError",
+    "RendezvousConnectionError", "RendezvousTimeoutError", "RendezvousClosedError",
+    "ProcessRaisedException", "ProcessExitedException", "CalledProcessError"})
+_COLLECTIVE_WORDS = (
+    "NCCL", "nccl", "gloo", "Gloo", "Watchdog", "watchdog", "ProcessGroup", "c10d", "collective",
+    "timed out", "Timed out", "Timeout", "timeout", "Connection closed", "Connection reset",
+    "by peer", "Socket", "socket", "communicator", "TCPStore", "rendezvous", "Rendezvous",
+    "barrier", "Broken pipe", "heartbeat", "DistBackendError", "SIGTERM", "SIGABRT", "Signal 15",
+    "Signal 6", "aborted", "Aborted", "monitoredBarrier")
+
+
+def is_consequence(sig: Signal) -> bool:
+    """An exception that reports a collective or the job's teardown rather than a bug on
+    the rank that printed it."""
+    text = f"{sig.fields.get('qualname', '')}: {sig.fields.get('message', '')}"
+    if sig.fields.get("type") in _CONSEQUENCE_TYPES:
+        return True
+    return any(word in text for word in _COLLECTIVE_WORDS)
+
+
+def own_failures(idx: SignalIndex) -> list[Signal]:
+    """Signals of a rank failing by itself: OOM, a CUDA or hardware error, a Python
+    exception that is not about collectives."""
+    out = [s for s in idx.of("oom") if not s.fields.get("weak")]
+    out += idx.of("cuda_error", "xid", "hardware_error", "nccl_cuda_failure")
+    out += [s for s in idx.of("exception") if not is_consequence(s)]
+    return sorted(out, key=order_key)
+
+
+def order_key(sig: Signal) -> tuple:
+    """Earliest first: by timestamp when both lines have one, else by position."""
+    return (sig.time if sig.time is not None else float("inf"), sig.file, sig.line)
+
+
+def earliest(signals: list[Signal]) -> Signal | None:
+    timed = [s for s in signals if s.time is not None]
+    if timed:
+        return min(timed, key=lambda s: s.time)
+    return min(signals, key=lambda s: (s.file, s.line)) if signals else None
+
+
+# ---------------------------------------------------------------------------------------
+# Findings
+
+
+def evidence(signals: list[Signal], limit: int = MAX_EVIDENCE) -> tuple[Evidence, ...]:
+    """The distinct lines behind a finding, in file order, at most ``limit``."""
+    seen, out = set(), []
+    for sig in sorted(signals, key=lambda s: (s.file, s.line)):
+        key = (sig.file, sig.line)
+        if key in seen or sig.line <= 0:
+            continue
+        seen.add(key)
+        out.append(sig.evidence)
+    return tuple(out[:limit])
+
+
+def first_seen(signals: list[Signal]) -> float | None:
+    times = [s.time for s in signals if s.time is not None]
+    return min(times) if times else None
+
+
+def make(category: Category, title: str, fix: str, detector: str, confidence: float,
+         signals: list[Signal], *, ranks=(), hosts=(), link=None, env_var=None,
+         severity: Severity = Severity.ERROR, root_cause: bool = True,
+         details: dict | None = None) -> Finding:
+    """A finding whose evidence is the signals' lines."""
+    culprit = Culprit(tuple(sorted(set(ranks))), tuple(sorted({h for h in hosts if h})), link,
+                      env_var)
+    return Finding(category, severity, round(confidence, 2), title, culprit, evidence(signals), fix,
+                   detector, root_cause, first_seen(signals), details or {})
+
+
+def fmt_ranks(ranks) -> str:
+    ranks = sorted(set(ranks))
+    if len(ranks) > 8:
+        return f"{len(ranks)} ranks ({', '.join(map(str, ranks[:6]))}, ...)"
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))

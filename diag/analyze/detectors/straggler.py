@@ -2,21 +2,30 @@
 
 In synchronous training every rank leaves a collective together, so the time each rank
 *arrives* at the next one measures its own work: the fast ranks arrive early and wait,
-the straggler arrives last. Arrival lateness is measured against the first rank to
-arrive at each collective and summarised by its lower quartile over steps (late at three
-steps in four), so the ranks that merely wait are never blamed and scheduling noise that
-makes a rank late now and then is not a straggler. The straggler's data-phase time against its peers' then says whether
-it is slow loading data or slow computing.
+the straggler arrives last. ``detect`` reads ddiag's event logs: arrival lateness is
+measured against the first rank to arrive at each collective and summarised by its lower
+quartile over steps (late at three steps in four), so the ranks that merely wait are
+never blamed and scheduling noise that makes a rank late now and then is not a straggler.
+The straggler's data-phase time against its peers' then says whether it is slow loading
+data or slow computing. ``detect_text`` reads the slowness that training frameworks print
+themselves: Megatron's straggler detector and DeepSpeed's comms logger name the rank that
+is consistently slowest.
 """
 
 from __future__ import annotations
 
 import statistics
+from collections import Counter, defaultdict
+from statistics import median
 
 from diag.analyze.collops import CollOp
+from diag.analyze.detectors.common import SignalIndex, index, make
 from diag.analyze.inputs import Inputs
 from diag.analyze.progress import DONE, groups_of
 from diag.verdict import Category, Culprit, Evidence, Finding, Severity
+
+# =======================================================================================
+# From event logs
 
 WARMUP_SEQS = 3
 MIN_STEPS = 8         # synchronized steps before anyone is called a straggler
@@ -169,3 +178,52 @@ def _waiting(inputs: Inputs, rank: int, extra: float, step_s: float) -> Finding:
                            f"step {step_s * 1000:.1f} ms"),),
         fix="see the straggler it waits on", detector="stragglers", root_cause=False,
         details={"lateness_s": round(extra, 6), "kind": "waiting"})
+
+
+# =======================================================================================
+# From text logs (signals parsed by diag/analyze/textlog.py)
+
+DETECTOR = "logs_perf"  # the `detector` of the text-log findings
+MIN_REPORTS = 3
+SLOWEST_SHARE = 0.6  # the same rank is the slowest in at least this share of the reports
+SLOW_FACTOR = 1.5  # a rank's median comm time this many times the other ranks' median
+_FIX = ("Look at that rank's node: GPU clocks and temperature (nvidia-smi -q -d PERFORMANCE), "
+        "other processes on it, its data loading and its network link; ddiag's link probes "
+        "compare its bandwidth with its peers'.")
+
+
+def detect_text(inputs) -> list[Finding]:
+    idx = index(inputs)
+    return _megatron(idx) + _deepspeed(idx)
+
+
+def _megatron(idx: SignalIndex) -> list[Finding]:
+    reports = idx.of("straggler_report")
+    if len(reports) < MIN_REPORTS:
+        return []
+    rank, count = Counter(s.fields["max_rank"] for s in reports).most_common(1)[0]
+    if count < SLOWEST_SHARE * len(reports):
+        return []
+    mine = [s for s in reports if s.fields["max_rank"] == rank]
+    spread = median(s.fields["max_ms"] / max(s.fields["min_ms"], 1e-9) for s in mine)
+    title = (f"rank {rank} is the slowest in {count} of {len(reports)} straggler reports "
+             f"(median {spread:.2f}x the fastest)")
+    return [make(Category.STRAGGLER, title, _FIX, DETECTOR, 0.65 if spread >= 1.05 else 0.4, mine,
+                 ranks=[rank], severity=Severity.WARN, details={"slowdown": round(spread, 3)})]
+
+
+def _deepspeed(idx: SignalIndex) -> list[Finding]:
+    by_rank: dict[int, list[float]] = defaultdict(list)
+    for s in idx.of("comm_timing"):
+        by_rank[s.rank].append(s.fields["ms"])
+    if len(by_rank) < 3 or min(len(v) for v in by_rank.values()) < MIN_REPORTS:
+        return []
+    medians = {r: median(v) for r, v in by_rank.items()}
+    slowest = max(medians, key=medians.get)
+    rest = median(m for r, m in medians.items() if r != slowest)
+    if rest <= 0 or medians[slowest] < SLOW_FACTOR * rest:
+        return []
+    sigs = [s for s in idx.of("comm_timing") if s.rank == slowest]
+    title = f"rank {slowest}'s collectives take {medians[slowest] / rest:.1f}x the others'"
+    return [make(Category.STRAGGLER, title, _FIX, DETECTOR, 0.55, sigs, ranks=[slowest],
+                 severity=Severity.WARN)]

@@ -1,18 +1,35 @@
-"""Launcher and environment mistakes read from text logs (an impossible MASTER_ADDR, a
-port in use, a missing variable, two ranks on one GPU, a tiny /dev/shm, settings that
-differ across nodes) and component versions that differ across hosts."""
+"""The job's configuration and environment: launcher and environment mistakes, and
+versions that differ across hosts.
+
+``detect_text`` reads text logs: an impossible MASTER_ADDR, a port in use, a missing
+variable, two ranks on one GPU, a tiny /dev/shm, settings that differ across nodes, and
+component versions that differ across hosts. ``detect`` reads ``ddiag check-env``
+snapshots: every failed or warned check is a finding, and the across-rank checks are run
+again over the snapshots that are there (a run directory may hold snapshots that were
+never merged, when the job died before rank 0 reported).
+"""
 
 from __future__ import annotations
 
 import re
 from collections import defaultdict
 
-from diag.analyze.detectors.logs_common import (SignalIndex, bare_address, classify_address,
-                                                env_values, index, is_ip, make, multi_node)
+from diag import fixes
+from diag.analyze.detectors.common import (SignalIndex, bare_address, classify_address,
+                                           env_values, index, is_ip, make, multi_node)
+from diag.analyze.inputs import Inputs
 from diag.analyze.signals import Signal
-from diag.verdict import Category, Finding, Severity
+from diag.checkenv.rendezvous import check_rendezvous
+from diag.checkenv.report import build_report
+from diag.checkenv.snapshot import Snapshot, snapshot_from_json
+from diag.checkenv.types import CheckResult
+from diag.format import schema
+from diag.verdict import Category, Evidence, Finding, Severity, Status
 
-DETECTOR = "logs_config"
+# =======================================================================================
+# From text logs (signals parsed by diag/analyze/textlog.py)
+
+DETECTOR = "logs_config"  # the `detector` of the text-log findings
 _WHY = {"netmask": "a netmask, not a host", "wildcard": "the wildcard address, not a host",
         "loopback": "loopback, which other nodes cannot reach",
         "unresolvable": "a name no DNS or /etc/hosts knows"}
@@ -22,19 +39,11 @@ _FAILURE_KINDS = ("watchdog_timeout", "exception", "nccl_error", "nccl_warn", "g
 # "2.18.5+cuda12.2" -> "2.18.5": the comparable part of a version
 _VERSION_CORE = re.compile(r"\d+(?:\.\d+){1,2}")
 
-_FIX_ADDR = (
-    "MASTER_ADDR (or --master-addr / --rdzv-endpoint) resolves to {addr}, {why}. Set it to "
-    "the IP or resolvable hostname of the node that runs rank 0, reachable from every node "
-    "(under Slurm: MASTER_ADDR=$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1)).")
-_FIX_PORT = (
-    "Nothing listens on {host}:{port}: MASTER_PORT (and MASTER_ADDR) must be the same on every "
-    "node and match the port rank 0's store binds; rank 0 must have started (and not crashed).")
-_FIX_RESOLVE = (
-    "Use an IP for MASTER_ADDR, or add the node names to DNS or /etc/hosts on every node "
-    "(in containers: --add-host or the host's /etc/hosts).")
-_FIX_HOSTNAME = (
-    "The host cannot resolve its own name: add `<its IP> <its hostname>` to /etc/hosts (in a "
-    "container, pass --hostname with a matching --add-host), or set MASTER_ADDR to an IP.")
+# Fixes check-env gives too come from diag.fixes; "{var}"-style fields are filled in below.
+_FIX_ADDR = "MASTER_ADDR resolves to {addr}, {why}. " + fixes.sentence(fixes.MASTER_ADDR_HOST)
+_FIX_PORT = f"Nothing listens on {{host}}:{{port}}: {fixes.STORE_NOT_LISTENING}."
+_FIX_RESOLVE = fixes.sentence(fixes.MASTER_ADDR_RESOLVE)
+_FIX_HOSTNAME = f"The host cannot resolve its own name: {fixes.hostname_unresolved()}."
 _FIX_MISSING = (
     "Launch with torchrun (it sets {var}) or export {var} on every rank before "
     "init_process_group(init_method='env://').")
@@ -42,33 +51,22 @@ _FIX_IN_USE = (
     "Port {port} is taken on the master node (another job, or a leftover process of a previous "
     "run: `ss -ltnp | grep {port}`): pick a free MASTER_PORT per job, e.g. "
     "20000 + $SLURM_JOB_ID % 20000.")
-_FIX_DUP_GPU = (
-    "Two ranks share one GPU: call torch.cuda.set_device(LOCAL_RANK) before "
-    "init_process_group, and check CUDA_VISIBLE_DEVICES and --nproc-per-node against the GPUs "
-    "of each node.")
-_FIX_DEVICE = (
-    "A rank asked for a GPU that does not exist: --nproc-per-node must not exceed the visible "
-    "GPUs; check CUDA_VISIBLE_DEVICES and use LOCAL_RANK (not RANK) as the device index.")
-_FIX_SHM = (
-    "Shared memory runs out: the container's /dev/shm is too small for NCCL or DataLoader "
-    "workers. Run with --ipc=host or --shm-size=16g (Kubernetes: an emptyDir with "
-    "medium: Memory on /dev/shm).")
+_FIX_DUP_GPU = f"Two ranks share one GPU. {fixes.sentence(fixes.SHARED_GPU)}"
+_FIX_DEVICE = f"A rank asked for a GPU that does not exist: {fixes.too_few_gpus()}."
+_FIX_SHM = ("Shared memory runs out: the container's /dev/shm is too small for NCCL or "
+            f"DataLoader workers. {fixes.sentence(fixes.SHM)}")
 _FIX_GID = (
     "Queue-pair setup fails, typically a RoCE GID index mismatch: find the RoCE v2 GID with "
     "`show_gids` and set NCCL_IB_GID_INDEX to it on every node (often 3).")
-_FIX_SKEW = (
-    "Set {var} identically on every node (export it in the job script so the launcher passes "
-    "it to every rank).")
-_FIX_VERSIONS = (
-    "Install one {comp} version on every node (same container image, module or wheel); mixed "
-    "versions can hang or fail in init and in collectives.")
+_FIX_SKEW = fixes.sentence(fixes.env_skew("{var}"))
+_FIX_VERSIONS = fixes.sentence(fixes.versions("{comp}"))
 _FIX_CUDA_STACK = (
     "The CUDA stack does not match: update the NVIDIA driver to one that supports the CUDA the "
     "wheel was built for (nvidia-smi shows the driver's CUDA), or install a torch build for "
     "this driver and GPU arch; keep NCCL the same on every node.")
 
 
-def detect(inputs) -> list[Finding]:
+def detect_text(inputs) -> list[Finding]:
     idx = index(inputs)
     findings: list[Finding] = []
     for rule in (_master_addr, _master_port, _name_resolution, _hostname, _env_missing,
@@ -290,3 +288,86 @@ def _version_errors(idx: SignalIndex) -> list[Finding]:
     title = f"version incompatibility: {sigs[0].fields.get('what')}"
     return [make(Category.VERSION_MISMATCH, title, _FIX_CUDA_STACK, DETECTOR, 0.85, sigs,
                  hosts=_hosts(sigs), ranks=_first_rank(sigs))]
+
+
+# =======================================================================================
+# From ``ddiag check-env`` snapshots (RUN_DIR/env/rank*.json) and its rendezvous pre-flight
+
+CONFIDENCE = {Status.FAIL: 0.9, Status.WARN: 0.5}
+# Consequences of another failure: the group does not form because an interface is wrong,
+# or no rank ran because the rendezvous was unreachable.
+SYMPTOMS = {"cross.group", "cross.ranks"}
+
+
+def load(inputs: Inputs) -> tuple[list[Snapshot], dict[int, str]]:
+    """Readable snapshots, and each rank's file for evidence; unreadable ones are skipped
+    (a schema from a newer ddiag, a truncated write)."""
+    snaps, paths = [], {}
+    for doc in inputs.docs_of(schema.ENV_SNAPSHOT):
+        try:
+            snap = snapshot_from_json(doc.doc, doc.path)
+        except (ValueError, KeyError, TypeError):
+            continue
+        snaps.append(snap)
+        paths[snap.rank] = doc.path
+    return latest_launch(snaps), paths
+
+
+def latest_launch(snaps: list[Snapshot]) -> list[Snapshot]:
+    """Only the newest launch's snapshots: a reused run directory keeps older ones."""
+    if not snaps:
+        return snaps
+    newest = max(snaps, key=lambda s: s.facts.time).launch
+    return [s for s in snaps if s.launch == newest]
+
+
+def detect(inputs: Inputs) -> list[Finding]:
+    snaps, paths = load(inputs)
+    launch, launch_paths = _rendezvous(inputs)
+    if not snaps and not launch:
+        return []
+    world = max((s.world_size or 0 for s in snaps), default=0) or None
+    report = build_report(snaps, world, launch=launch)
+    paths = {**launch_paths, **paths}
+    bad = [r for r in report.results if r.severity > Severity.INFO]
+    causes = any(r.status is Status.FAIL and r.check not in SYMPTOMS for r in bad)
+    return [finding(r, paths, root_cause=not (causes and r.check in SYMPTOMS)
+                    and not _restates(r, bad)) for r in bad]
+
+
+def _restates(result: CheckResult, bad: list[CheckResult]) -> bool:
+    """A variable that differs across nodes because it is wrong on one of them: the
+    failed check on those nodes is the cause, the difference says it again."""
+    return result.check == "cross.env" and any(
+        other.status is Status.FAIL and other.check != "cross.env"
+        and other.culprit.env_var == result.culprit.env_var
+        and set(other.culprit.hosts) & set(result.culprit.hosts)
+        for other in bad)
+
+
+def _rendezvous(inputs: Inputs) -> tuple[list[CheckResult], dict[int, str]]:
+    """The newest rendezvous pre-flight's results (check-env writes one per launch)."""
+    docs = inputs.docs_of(schema.RENDEZVOUS)
+    if not docs:
+        return [], {}
+    doc = docs[-1]
+    try:
+        schema.check(doc.doc, schema.RENDEZVOUS, doc.path)
+        return check_rendezvous(doc.doc), {-1: doc.path}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return [], {}
+
+
+def finding(result: CheckResult, paths: dict[int, str], root_cause: bool) -> Finding:
+    files = [paths[r] for r in result.culprit.ranks if r in paths][:4] or (
+        [paths[-1]] if -1 in paths else list(paths.values())[:1])  # -1: the pre-flight
+    nodes = result.culprit.hosts
+    where = f" on {', '.join(nodes)}" if nodes else ""
+    return Finding(
+        category=result.category, severity=result.severity,
+        confidence=CONFIDENCE[result.status], title=f"{result.summary}{where}",
+        culprit=result.culprit,
+        evidence=tuple(Evidence(f, None, f"check-env {result.check}: {result.summary}")
+                       for f in files),
+        fix=result.fix, detector="env_snapshots", root_cause=root_cause,
+        details={"check": result.check})

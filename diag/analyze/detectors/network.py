@@ -1,14 +1,27 @@
-"""Network faults read from text logs: peers that cannot reach each other, NCCL or Gloo
-bootstrapping on an unusable interface, and InfiniBand silently replaced by TCP sockets."""
+"""Network faults: peers that cannot reach each other, and links slower than their peers.
+
+``detect_text`` reads text logs: connections that fail, NCCL or Gloo bootstrapping on an
+unusable interface, and InfiniBand silently replaced by TCP sockets. ``detect`` reads
+``ddiag probe links`` results: the probe already judged the matrix (a link below half the
+median, or below a twentieth of its interfaces' speed, is slow; a node all of whose links
+are slow is the culprit, since its own NIC, cable or port is the common factor); this
+turns its verdict into findings with the measured rates as evidence.
+"""
 
 from __future__ import annotations
 
-from diag.analyze.detectors.logs_common import (SignalIndex, bare_address, classify_address,
-                                                env_values, index, is_loopback, make, multi_node)
+from diag import fixes
+from diag.analyze.detectors.common import (SignalIndex, bare_address, classify_address,
+                                           env_values, index, is_loopback, make, multi_node)
+from diag.analyze.inputs import Inputs
 from diag.analyze.signals import Signal
-from diag.verdict import Category, Finding, Severity
+from diag.format import schema
+from diag.verdict import Category, Culprit, Evidence, Finding, Severity
 
-DETECTOR = "logs_network"
+# =======================================================================================
+# From text logs (signals parsed by diag/analyze/textlog.py)
+
+DETECTOR = "logs_network"  # the `detector` of the text-log findings
 # errno -> (how sure a failed connect means "unreachable", what it usually is)
 _ERRNO = {
     113: (0.85, "No route to host to a host that is up is a firewall REJECT (firewalld/"
@@ -22,11 +35,7 @@ _ERRNO = {
 _UNKNOWN_ERRNO = (0.5, "connections between the nodes fail")
 _BRIDGES = ("docker", "virbr", "veth", "br-", "cni", "flannel", "vmnet")
 
-_FIX_FIREWALL = (
-    "Open the ports between the nodes (NCCL and Gloo use random ephemeral ports besides "
-    "MASTER_PORT): disable firewalld/ufw on the cluster network or allow the subnet, e.g. "
-    "`firewall-cmd --permanent --zone=trusted --add-source=<subnet>`; check with a TCP connect "
-    "from one node to the other on a high port.")
+_FIX_FIREWALL = fixes.sentence(fixes.FIREWALL)
 _FIX_STORE = (
     "Check that {host}:{port} is rank 0's node and reachable from every node (`nc -zv {host} "
     "{port}` from a worker): MASTER_ADDR must be the master's IP on the network the nodes "
@@ -39,39 +48,31 @@ _FIX_IB_LINK = (
     "Check the IB link between the two hosts (ibstat, ibdiagnet, port error counters); a "
     "flapping link or a peer that died mid-collective gives this. NCCL_IB_TIMEOUT=22 rides "
     "out short flaps.")
-_FIX_NO_IFACE = (
-    "{named}no interface matches on the host: list them with `ip -br addr` and set "
-    "NCCL_SOCKET_IFNAME (and GLOO_SOCKET_IFNAME) to the one on the nodes' shared network, "
-    "e.g. eth0 or ib0; in a container, run with --net=host.")
+_FIX_NO_IFACE = "{named}no interface matches on the host: " + fixes.NCCL_IFNAME_NO_MATCH + "."
 _FIX_FAMILY = (
     "NCCL could not open a socket on any IP interface: the container or host has no usable "
     "IPv4/IPv6 interface for bootstrap. Run the container with --net=host (or give it a "
     "network), and set NCCL_SOCKET_IFNAME to an interface that exists and has an address.")
-_FIX_LOOPBACK = (
-    "A multi-node job bootstraps over loopback, which other nodes cannot reach: set "
-    "NCCL_SOCKET_IFNAME (and GLOO_SOCKET_IFNAME) to the cluster network's interface, e.g. eth0.")
+_FIX_LOOPBACK = fixes.sentence(
+    fixes.loopback_iface("NCCL_SOCKET_IFNAME (and GLOO_SOCKET_IFNAME)"))
 _FIX_BRIDGE = (
     "NCCL picked a container bridge (docker0/172.17.x.x), private to each host: set "
     "NCCL_SOCKET_IFNAME to the host's real interface (or ^docker,lo to exclude), or run the "
     "containers with --net=host.")
-_FIX_GLOO_IFACE = (
-    "GLOO_SOCKET_IFNAME={iface} names an interface the host lacks: list them with "
-    "`ip -br addr` and set it to the one on the nodes' shared network.")
-_FIX_GLOO_MESH = (
-    "Gloo advertised an address the other ranks cannot use (often the hostname resolving to "
-    "127.0.1.1 in /etc/hosts): set GLOO_SOCKET_IFNAME (and NCCL_SOCKET_IFNAME) to the cluster "
-    "interface, or fix /etc/hosts so the hostname maps to the routable IP.")
+_FIX_GLOO_IFACE = ("GLOO_SOCKET_IFNAME={iface} names an interface the host lacks: "
+                   + fixes.GLOO_IFNAME_MISSING + ".")
+_FIX_GLOO_MESH = ("Gloo advertised an address the other ranks cannot use: "
+                  + fixes.hostname_loopback() + ".")
 _FIX_NO_IB = (
     "NCCL sees no InfiniBand device, so inter-node traffic goes over TCP sockets (many times "
-    "slower). In a container, expose the HCAs (--device=/dev/infiniband, or Slurm/pyxis "
-    "--container-mounts /dev/infiniband) and install rdma-core/libibverbs; check `ibv_devinfo` "
+    f"slower): {fixes.EXPOSE_IB} and {fixes.LIBIBVERBS}; check `ibv_devinfo` "
     "on the host; NCCL_DEBUG=INFO should then print 'NET/IB : Using [0]mlx5_...'.")
 _FIX_SOCKETS = (
     "If the nodes have InfiniBand or RoCE, NCCL should say 'Using network IB': check the HCAs "
     "are visible (ibv_devinfo) and libibverbs is installed (containers: --device=/dev/infiniband).")
 
 
-def detect(inputs) -> list[Finding]:
+def detect_text(inputs) -> list[Finding]:
     idx = index(inputs)
     findings: list[Finding] = []
     for rule in (_nccl_connect, _gloo_connect, _store_unreachable, _ib_link_errors,
@@ -129,7 +130,7 @@ def _gloo_connect(idx: SignalIndex) -> list[Finding]:
 
 def _store_unreachable(idx: SignalIndex) -> list[Finding]:
     """The rendezvous store at a plausible address does not answer (an impossible address
-    is env_misconfig, see logs_config)."""
+    is env_misconfig, see config.detect_text)."""
     sigs = [s for s in idx.of("store_connect_timeout", "store_connect_failed")
             if _plausible(idx, s) and s.fields.get("errno") in (None, 110, 113, 101)]
     if not sigs:
@@ -296,3 +297,83 @@ def _sockets_between_nodes(sockets: list[Signal], disabled: list[Signal]) -> Fin
                     severity=Severity.WARN)
     return make(Category.SLOW_LINK, "inter-node traffic uses TCP sockets", _FIX_SOCKETS, DETECTOR,
                 0.4, sockets[:4], severity=Severity.WARN)
+
+
+# =======================================================================================
+# From ``ddiag probe links`` results
+
+def detect(inputs: Inputs) -> list[Finding]:
+    findings = []
+    for doc in inputs.docs_of(schema.PROBE_LINKS):
+        report = doc.doc if isinstance(doc.doc, dict) else {}
+        links = [_typed(link) for link in _list(report.get("links")) if isinstance(link, dict)]
+        slow = [link for link in links if link["slow"]]
+        if not slow:
+            continue
+        median = _rate_of(report.get("median_gbit_per_s")) or 0.0
+        nodes = [n for n in _list(report.get("slow_nodes")) if isinstance(n, str)
+                 and any(n in (link["src"], link["dst"]) for link in slow)]
+        findings += ([_node_finding(doc.path, n, slow, median) for n in nodes] or
+                     [_link_finding(doc.path, link, median) for link in slow])
+    return findings
+
+
+def _list(value) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _rate_of(value) -> float | None:
+    """A rate in Gbit/s as the probe writes it (a finite float >= 0), else None: the
+    document may come from anywhere."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if 0 <= value < float("inf") else None
+
+
+def _typed(link: dict) -> dict:
+    """One link with the types the findings need: node names as strings, rates as
+    floats or None."""
+    return {"src": str(link.get("src")), "dst": str(link.get("dst")),
+            "gbit_per_s": _rate_of(link.get("gbit_per_s")),
+            "nominal_gbit_per_s": _rate_of(link.get("nominal_gbit_per_s")),
+            "below_nominal": link.get("below_nominal") is True, "slow": link.get("slow") is True}
+
+
+def _rate(link: dict) -> str:
+    gbit = link.get("gbit_per_s") or 0.0
+    return f"{gbit * 1000:.0f} Mbit/s" if gbit < 1 else f"{gbit:.2f} Gbit/s"
+
+
+def _evidence(path: str, links: list[dict]) -> tuple[Evidence, ...]:
+    return tuple(Evidence(path, None, f"{link.get('src')} -> {link.get('dst')}: {_rate(link)}")
+                 for link in links[:8])
+
+
+def _node_finding(path: str, node: str, slow: list[dict], median: float) -> Finding:
+    mine = [link for link in slow if node in (link.get("src"), link.get("dst"))]
+    worst = max(mine, key=lambda link: link.get("gbit_per_s") or 0.0)
+    peer = worst.get("dst") if worst.get("src") == node else worst.get("src")
+    return Finding(
+        category=Category.SLOW_LINK, severity=Severity.ERROR, confidence=0.9,
+        title=(f"every link of {node} is slow: about {_rate(worst)} against a median of "
+               f"{median:.2f} Gbit/s ({len(mine)} directions measured)"),
+        culprit=Culprit(hosts=(node,), link=(node, str(peer))), evidence=_evidence(path, mine),
+        fix=(f"check {node}'s network path: NIC speed and errors (ethtool {node}'s "
+             "interface, `ip -s link`), its switch port and cable, and any traffic shaping "
+             "(`tc qdisc show`)"),
+        detector="probe_links", details={"node": node, "median_gbit_per_s": median})
+
+
+def _link_finding(path: str, link: dict, median: float) -> Finding:
+    src, dst = str(link.get("src")), str(link.get("dst"))
+    nominal = link.get("nominal_gbit_per_s")
+    against = (f"{(link.get('gbit_per_s') or 0) / nominal:.0%} of its {nominal:g} Gbit/s "
+               "interfaces" if link.get("below_nominal") and nominal
+               else f"median {median:.2f} Gbit/s")
+    return Finding(
+        category=Category.SLOW_LINK, severity=Severity.ERROR, confidence=0.8,
+        title=f"link {src} -> {dst} runs at {_rate(link)}, {against}",
+        culprit=Culprit(hosts=(src, dst), link=(src, dst)), evidence=_evidence(path, [link]),
+        fix=f"check the path between {src} and {dst}: both NICs, the switch ports between "
+            "them, and routing (`ip route get`)",
+        detector="probe_links", details={"median_gbit_per_s": median})
