@@ -5,7 +5,8 @@
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.ddiag-installed
-RUN_DIR ?= runs/scale-test-$(shell date +%Y%m%d-%H%M%S)
+# RUN_DIR=... picks the demo's run directory; by default ddiag makes a new runs/scale-test-*.
+RUN_DIR ?=
 PYTEST_ARGS ?=
 
 .PHONY: demo test test-fast venv system-deps clean
@@ -22,7 +23,7 @@ $(STAMP): pyproject.toml
 # The built-in local default of the main job: a staged scale test (1 -> 2 -> ... ranks up
 # to this host's cores) of the reference trainer, with its report.
 demo: $(STAMP)
-	$(VENV)/bin/ddiag scale-test --out $(RUN_DIR)
+	$(VENV)/bin/ddiag scale-test $(if $(RUN_DIR),--out $(RUN_DIR))
 
 # As root: Slurm and munge for the lab tests, Chromium and Prometheus for the report and
 # metrics tests. Both scripts are no-ops when everything is present.
