@@ -15,6 +15,7 @@ import re
 from collections import defaultdict
 
 from diag import fixes
+from diag.analyze.catalog import implied
 from diag.analyze.detectors.common import (SignalIndex, bare_address, classify_address,
                                            env_values, index, is_ip, make, multi_node)
 from diag.analyze.inputs import Inputs
@@ -51,10 +52,10 @@ _FIX_IN_USE = (
     "Port {port} is taken on the master node (another job, or a leftover process of a previous "
     "run: `ss -ltnp | grep {port}`): pick a free MASTER_PORT per job, e.g. "
     "20000 + $SLURM_JOB_ID % 20000.")
-_FIX_DUP_GPU = f"Two ranks share one GPU. {fixes.sentence(fixes.SHARED_GPU)}"
-_FIX_DEVICE = f"A rank asked for a GPU that does not exist: {fixes.too_few_gpus()}."
-_FIX_SHM = ("Shared memory runs out: the container's /dev/shm is too small for NCCL or "
-            f"DataLoader workers. {fixes.sentence(fixes.SHM)}")
+# what these signals imply on their own is kept with their catalog entries
+_DUP_GPU = implied("nccl_duplicate_gpu")
+_MISSING_GPU = implied("device_mapping_error")
+_SHM_FULL = implied("shm_error")
 _FIX_GID = (
     "Queue-pair setup fails, typically a RoCE GID index mismatch: find the RoCE v2 GID with "
     "`show_gids` and set NCCL_IB_GID_INDEX to it on every node (often 3).")
@@ -180,7 +181,7 @@ def _duplicate_gpu(idx: SignalIndex) -> list[Finding]:
         return []
     ranks = sorted({r for s in sigs for r in s.fields.get("ranks", [])})
     title = f"ranks {', '.join(map(str, ranks))} use the same GPU"
-    return [make(Category.ENV_MISCONFIG, title, _FIX_DUP_GPU, DETECTOR, 0.85, sigs,
+    return [make(_DUP_GPU.category, title, _DUP_GPU.fix, DETECTOR, _DUP_GPU.confidence, sigs,
                  ranks=ranks[-1:], hosts=_hosts(sigs), env_var="CUDA_VISIBLE_DEVICES")]
 
 
@@ -188,16 +189,17 @@ def _device_mapping(idx: SignalIndex) -> list[Finding]:
     sigs = idx.of("device_mapping_error")
     if not sigs:
         return []
-    return [make(Category.ENV_MISCONFIG, "a rank maps to a GPU that is not there", _FIX_DEVICE,
-                 DETECTOR, 0.75, sigs, ranks=_first_rank(sigs), env_var="CUDA_VISIBLE_DEVICES")]
+    return [make(_MISSING_GPU.category, "a rank maps to a GPU that is not there",
+                 _MISSING_GPU.fix, DETECTOR, _MISSING_GPU.confidence, sigs,
+                 ranks=_first_rank(sigs), env_var="CUDA_VISIBLE_DEVICES")]
 
 
 def _shm(idx: SignalIndex) -> list[Finding]:
     sigs = idx.of("shm_error")
     if not sigs:
         return []
-    return [make(Category.ENV_MISCONFIG, "shared-memory allocation fails (/dev/shm too small)",
-                 _FIX_SHM, DETECTOR, 0.75, sigs, hosts=_hosts(sigs))]
+    return [make(_SHM_FULL.category, "shared-memory allocation fails (/dev/shm too small)",
+                 _SHM_FULL.fix, DETECTOR, _SHM_FULL.confidence, sigs, hosts=_hosts(sigs))]
 
 
 def _ib_gid(idx: SignalIndex) -> list[Finding]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from diag.analyze.catalog import implied
 from diag.analyze.detectors.common import (
     SignalIndex,
     earliest,
@@ -129,12 +130,7 @@ _FIX_NAN = (
     "run, check the inputs of the first bad step, lower the learning rate or clip gradients, "
     "and prefer bf16 over fp16 (or keep the loss scaler)."
 )
-_FIX_UNUSED = (
-    "Some parameters get no gradient in a step (a branch not taken, an unused head). Pass "
-    "find_unused_parameters=True to DistributedDataParallel (slower), or remove/freeze the "
-    "unused parameters, or make every rank run the same branches; "
-    "TORCH_DISTRIBUTED_DEBUG=DETAIL names them."
-)
+_UNUSED = implied("ddp_unused_params")  # kept with the reducer's catalog entries
 _FIX_HARDWARE = {
     "fabric_manager": (
         "Check nvidia-fabricmanager on that node (systemctl status nvidia-fabricmanager): it "
@@ -329,8 +325,8 @@ def _unused_parameters(idx: SignalIndex) -> list[Finding]:
         return []
     named = sorted({s.fields["named_rank"] for s in sigs if s.fields.get("named_rank") is not None})
     who = f" on {fmt_ranks(named)}" if named else ""
-    return [make(Category.UNUSED_PARAMETERS, f"DDP parameters received no gradient{who}",
-                 _FIX_UNUSED, DETECTOR, 0.9, sigs, ranks=named)]
+    return [make(_UNUSED.category, f"DDP parameters received no gradient{who}",
+                 _UNUSED.fix, DETECTOR, _UNUSED.confidence, sigs, ranks=named)]
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,0 +1,134 @@
+"""The one engine: every catalog entry against one line, in catalog order.
+
+A line first gets its scopes (is it NCCL's, at which level; does it name gloo), computed
+once. The entries of those scopes are indexed by the first item of their prefilter, and
+those needles by a few short gates they share: the common line costs one pass of ``in``
+tests over the gates and stops there; the few entries whose needle is present run the rest
+of their prefilter, then their regex. The Extractor (textlog.py) calls ``scan`` for every
+line and keeps the multi-line state; this module holds none but the plans' cache.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from diag.analyze.catalog.spec import Signature
+
+_LEVELS = ("WARN", "INFO", "ERROR", "TRACE")
+
+
+def nccl_level(body: str) -> str | None:
+    """NCCL_DEBUG's level word of a line (the first of WARN, INFO, ERROR, TRACE present)."""
+    for level in _LEVELS:
+        if f" {level} " in body or body.startswith(level + " ") or f"NCCL {level}" in body:
+            return level
+    return None
+
+
+def is_chatter(line) -> bool:
+    """NCCL INFO lines with NCCL's prefix: most of a big job's log; only NCCL's own entries
+    (and no multi-line parser) can use them."""
+    return line.pid is not None and "NCCL INFO" in line.body
+
+
+def scopes(line) -> frozenset[str]:
+    """The scopes (spec.SCOPES) whose entries may run on this line."""
+    body = line.body
+    chatter = is_chatter(line)
+    named = "NCCL" in body or "nccl" in body or line.pid is not None
+    level = nccl_level(body) if named else None
+    nccl = named and (level is not None or "NCCL" in body)
+    gloo = not chatter and ("gloo" in body or "Gloo" in body or (
+        "by peer" in body and line.pid is None and "NCCL" not in body))  # NCCL's own is NCCL's
+    return _SCOPE_SETS[(not chatter, named, nccl, nccl and level in ("WARN", "ERROR"), gloo)]
+
+
+_SCOPE_SETS = {flags: frozenset(s for s, on in zip(("any", "nccl_any", "nccl", "nccl_warn",
+                                                    "gloo"), flags) if on)
+               for flags in itertools.product((False, True), repeat=5)}
+_PLANS: dict = {}
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The entries a line with these scopes can reach, indexed by the alternatives of their
+    first prefilter item, and those needles by shorter gates that several share: one
+    C-level pass over the gates finds the few needles, and entries, worth a look."""
+
+    entries: tuple  # in catalog order
+    gates: tuple[str, ...]
+    needles_of: dict  # gate -> needles holding it
+    by_needle: dict  # needle -> indices into entries
+
+
+_GATE = 4  # gate length: short enough to be shared, long enough to be rare in plain text
+
+
+def _gates(needles: list[str]) -> dict[str, list[str]]:
+    """A small set of substrings such that every needle holds one (greedy set cover)."""
+    left, out = set(needles), {}
+    while left:
+        cover: dict[str, set] = {}
+        for needle in left:
+            for i in range(max(1, len(needle) - _GATE + 1)):
+                cover.setdefault(needle[i:i + _GATE], set()).add(needle)
+        gate = max(sorted(cover), key=lambda g: len(cover[g]))
+        out[gate] = sorted(cover[gate])
+        left -= cover[gate]
+    return out
+
+
+def _plan(entries: tuple[Signature, ...], allowed: frozenset) -> _Plan:
+    key = (id(entries), allowed)
+    cached = _PLANS.get(key)
+    if cached is None or cached[0] is not entries:
+        if len(_PLANS) > 256:  # callers that pass many entry tuples (tests, one entry each)
+            _PLANS.clear()
+        reach = tuple(e for e in entries if e.scope in allowed)
+        by_needle: dict[str, list[int]] = {}
+        for i, entry in enumerate(reach):
+            first = entry.prefilter[0]
+            for needle in first if isinstance(first, tuple) else (first,):
+                by_needle.setdefault(needle, []).append(i)
+        gates = _gates(list(by_needle))
+        cached = _PLANS[key] = (entries, _Plan(reach, tuple(gates), gates, by_needle))
+    return cached[1]
+
+
+def scan(ex, line, entries: tuple[Signature, ...]) -> None:
+    """Run ``entries`` over one line; each match emits through ``ex`` (the Extractor). An
+    entry that raises is counted in ``ex.failures`` and the others still run."""
+    body = line.body
+    plan = _plan(entries, scopes(line))
+    gates = list(filter(body.__contains__, plan.gates))
+    if not gates:
+        return
+    hits = [n for gate in gates for n in plan.needles_of[gate] if n in body]
+    fired: set[str] = set()
+    for i in sorted({i for needle in hits for i in plan.by_needle[needle]}):
+        entry = plan.entries[i]
+        if entry.oneof and entry.oneof in fired:
+            continue
+        m = entry.match(body)
+        if m is None:
+            continue
+        if entry.oneof:
+            fired.add(entry.oneof)
+        try:
+            emit(ex, line, entry, m)
+        except Exception:  # noqa: BLE001 - one entry's bug must not hide the others' facts
+            ex.failures += 1
+
+
+def emit(ex, line, entry: Signature, m) -> None:
+    if entry.parse is not None:
+        entry.parse(ex, line, m)
+        return
+    if entry.once_per_process:
+        key = (entry.id, line.host, line.pid, m.group(0))
+        if key in ex.once:
+            return
+        ex.once.add(key)
+    sig = ex.emit(entry.signal, line, **entry.read_fields(m))
+    ex.react(sig, line)
