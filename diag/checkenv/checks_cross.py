@@ -8,6 +8,7 @@ from collections import defaultdict
 from typing import Callable, Hashable, Sequence
 
 from diag import fixes
+from diag.format.ranks import as_ranges
 from diag.checkenv.catalog import Scope, lookup
 from diag.checkenv.checks_launch import geometry
 from diag.checkenv.checks_net import gloo_ifnames
@@ -23,14 +24,8 @@ TIMEOUT = re.compile(r"time[d ]?\s?out", re.IGNORECASE)
 
 def span(ranks: Sequence[int]) -> str:
     """Ranks as compact ranges: 0-3,6,7."""
-    runs: list[list[int]] = []
-    for r in sorted(set(ranks)):
-        if runs and r == runs[-1][1] + 1:
-            runs[-1][1] = r
-        else:
-            runs.append([r, r])
     return ",".join(str(a) if a == b else f"{a},{b}" if b == a + 1 else f"{a}-{b}"
-                    for a, b in runs)
+                    for a, b in as_ranges(ranks))
 
 
 def groups_by(snaps: Sequence[Snapshot], key: Callable[[Snapshot], Hashable]

@@ -56,7 +56,7 @@ class _Rank:
         self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
         self.host = socket.gethostname()
         self.pid = os.getpid()
-        self.started = time.time()  # the process began before this; see watch_verify
+        self.started = time.time()  # the process began before this; see diag/watch/verify.py
 
 
 class _State:

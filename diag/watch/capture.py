@@ -20,12 +20,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from diag.watch import verify as watch_verify
 from diag.format.heartbeat import RankBeat
 from diag.format.infile import open_regular
 from diag.format.rundir import RunDir
 from diag.launch import STOP_GRACE_S, stop
-from diag.watch.verify import REFUSED_EXIT, start_ticks, why_not_rank
+from diag.watch import verify
 
 PYSPY_TIMEOUT_S = 20.0
 FR_SIGNAL = "SIGUSR1"  # the only signal a Flight Recorder dump is ever requested with
@@ -71,8 +70,8 @@ class Gate:
     def verified_here(self, beat: RankBeat, action: str) -> str | None:
         """None when ``beat`` names a rank of this run on this host; else the refusal."""
         if beat.rank not in self._why:
-            self._why[beat.rank] = why_not_rank(str(self.run_dir), beat.rank, beat.pid,
-                                                rank_started(self.run_dir, beat))
+            self._why[beat.rank] = verify.why_not_rank(
+                str(self.run_dir), beat.rank, beat.pid, rank_started(self.run_dir, beat))
         why = self._why[beat.rank]
         return self.refuse(beat, action, why) if why else None
 
@@ -101,7 +100,7 @@ class Gate:
             res = subprocess.run(cmd, capture_output=True, text=True, timeout=PYSPY_TIMEOUT_S)
         except (OSError, subprocess.TimeoutExpired) as exc:
             return None, f"{Path(argv[0]).name}: {exc}"
-        if res.returncode == REFUSED_EXIT and not local(beat):
+        if res.returncode == verify.REFUSED_EXIT and not local(beat):
             said = [line for line in res.stderr.splitlines() if line.startswith("refused: ")]
             reason = said[-1].removeprefix("refused: ") if said else res.stderr.strip()
             return None, self.refuse(beat, action, f"on {beat.host}: {reason[:300]}")
@@ -146,7 +145,7 @@ def guarded_cmd(run_dir: Path, beat: RankBeat, argv: list[str]) -> list[str]:
     for the rank's node: the check runs where the pid lives. Assumes this Python at the
     same path there, as the ranks' own ddiag does."""
     started = rank_started(run_dir, beat)
-    return [sys.executable, "-c", Path(watch_verify.__file__).read_text(),
+    return [sys.executable, "-c", Path(verify.__file__).read_text(),
             str(Path(run_dir).resolve()), str(beat.rank), str(beat.pid),
             "-" if started is None else repr(started), *argv]
 
@@ -213,12 +212,12 @@ def end_job(gate: Gate, beats: dict[int, RankBeat], grace_s: float = STOP_GRACE_
         subprocess.run(["scancel", os.environ["SLURM_JOB_ID"]], capture_output=True, timeout=30)
         return sorted(beats)
     # The start time tells the rank from a process that took its pid after it exited.
-    pids = {r: (b.pid, start_ticks(b.pid)) for r, b in beats.items()
+    pids = {r: (b.pid, verify.start_ticks(b.pid)) for r, b in beats.items()
             if local(b) and gate.verified_here(b, "kill") is None}
 
     def send(signum: int) -> None:
         for pid, began in pids.values():
-            if began is not None and start_ticks(pid) == began:
+            if began is not None and verify.start_ticks(pid) == began:
                 _signal(pid, signum)
 
     def ended(seconds: float | None) -> bool:
