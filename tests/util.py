@@ -58,3 +58,16 @@ def pids_alive(pids) -> list[int]:
         except (ProcessLookupError, FileNotFoundError):
             pass
     return alive
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL a launcher and every process under it: torchrun's workers run in sessions
+    of their own, so killing the launcher's group alone would orphan them."""
+    from diag.watch.discover import descendants
+
+    for pid in [*descendants(proc.pid), proc.pid]:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+    proc.wait()

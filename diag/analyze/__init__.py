@@ -11,6 +11,7 @@ import enum
 import time
 from dataclasses import asdict, dataclass, field, replace
 
+from diag.analyze import unexplained
 from diag.analyze.inputs import Inputs, Limits, load
 from diag.analyze.runs import Run, one_job, refusal, runs_of
 from diag.verdict import Category, Finding, Severity
@@ -125,6 +126,7 @@ def analyze(path, limits: Limits = Limits()) -> Analysis:
         outcome, why = Outcome.MIXED_RUNS, refusal(str(path), runs)
     else:
         findings, errors = run_detectors(inputs)
+        findings += unexplained.detect(inputs, findings)
         outcome = Outcome.DETECTOR_FAILED if errors else \
             Outcome.FINDINGS if findings else Outcome.CLEAN
     missing = missing_ranks(inputs) if outcome is not Outcome.MIXED_RUNS else []

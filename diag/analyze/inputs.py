@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from diag.format import schema
+from diag.analyze import paste
 from diag.analyze.collops import CollOp, fr_ops
 from diag.analyze.docsize import DocumentTooLarge, expanded_size
 from diag.analyze.safe_pickle import UnsafePickleError, loads_plain
@@ -308,7 +309,8 @@ class _Loader:
                 data = fh.read(budget)
             else:
                 data = self.head_and_tail(file, fh, size)
-        log = TextLog(str(file), data.decode("utf-8", errors="replace").splitlines())
+        text = paste.clean(data.decode("utf-8", errors="replace"))
+        log = TextLog(str(file), paste.unwrap(text.splitlines()))
         self.inputs.texts.append(log)
         self.inputs.signals += extract_signals(log)
 

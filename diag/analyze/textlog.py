@@ -1,7 +1,8 @@
 """Line parsing for text logs: launcher prefixes and timestamps peeled, then every line
 through the signature catalog (diag/analyze/catalog) in one pass, plus the parsing that
-spans lines or keeps state: tracebacks, torchrun failure blocks, pid to rank, and the
-heuristics that no one emitter prints (progress bars, NaN wording, world-size mentions).
+spans lines or keeps state: tracebacks, thread-stack dumps (stacktext.py), torchrun
+failure blocks, pid to rank, and the heuristics that no one emitter prints (progress bars,
+NaN wording, world-size mentions).
 
 Linear in the number of lines. Each catalog entry and each family first checks a few
 plain substrings, so the common line costs a handful of ``in`` tests before it is
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field, replace
 
 from diag.analyze.catalog import CATALOG
 from diag.analyze.catalog import engine
+from diag.analyze import stacktext
 from diag.analyze.signals import Signal
 from diag.format.schema import MAX_WORLD_SIZE
 
@@ -32,9 +34,13 @@ _ANY_TIME_WINDOW = 72  # timestamps sit near the start of a line
 # "[1,3]<stdout>:..."     mpirun --tag-output: job, rank
 # "3: ..."                srun --label: the task id
 # "node-7: ..."           pdsh (DeepSpeed's multi-node launcher): the host
+# "(WorkerDict pid=4711, ip=10.0.0.2) ..."  Ray's log monitor: actor or task name, the
+#                         worker's pid, and its node's address when not the driver's;
+#                         vLLM's workers print "(VllmWorker rank=2 pid=4711) " the same way
 _LEAD = re.compile(
     r"\s*(?:\[(?P<tag>[A-Za-z_]+?)(?P<tagn>\d+)\]:"
     r"|\[\d+,(?P<mpi>\d+)\]<std(?:out|err)>:"
+    r"|\((?:[^\s()=,]+ (?:\w+=\w+ )?)?pid=(?P<raypid>\d+)(?:, ip=(?P<rayip>[^\s()]+))?\) ?"
     r"|(?P<label>\d{1,5}): (?=\S)"
     r"|(?P<host>[a-z][\w.-]*?\d[\w.-]*): (?=\S))")
 _NOT_HOSTS = ("rank", "step", "epoch", "iter", "batch", "layer", "loss", "cuda", "gpu")
@@ -66,6 +72,7 @@ class _Line:
     pid: int | None = None
     time: float | None = None
     year: int | None = None  # when the line's own timestamp states one
+    proc: int | None = None  # the pid a launcher prefix names (Ray); ``pid`` is NCCL's
 
 
 def _epoch(year: int, mon: int, day: int, hh: int, mm: int, ss: int, frac: str | None) -> float:
@@ -112,6 +119,9 @@ def _peel(line: _Line) -> None:
             _tag(line, m.group("tag").lower(), int(m.group("tagn")))
         elif m.group("mpi"):
             line.rank = int(m.group("mpi"))
+        elif m.group("raypid"):
+            line.proc = int(m.group("raypid"))
+            line.host = line.host or m.group("rayip")
         elif m.group("label"):
             if line.local_rank is None:
                 line.local_rank = int(m.group("label"))
@@ -160,7 +170,8 @@ def parse_line(n: int, raw: str, year: int = 2000) -> _Line:
 @dataclass
 class _Traceback:
     start: int
-    frames: list = field(default_factory=list)
+    frames: list = field(default_factory=list)  # function names, outermost first
+    stack: list = field(default_factory=list)  # {"file", "line", "func", "code"} per frame
     tiny: bool = False  # a one-element tensor in the locals: a flag or barrier sync
 
 
@@ -175,14 +186,16 @@ class Extractor:
     failures: int = 0
     year: int = 2000
     tracebacks: dict = field(default_factory=dict)
+    stacks: dict = field(default_factory=dict)  # open thread-stack dumps (stacktext.py)
+    dumps: int = 0  # thread-stack dumps seen: one per process and moment
     elastic: dict | None = None
     elastic_section: str | None = None
     pid_rank: dict = field(default_factory=dict)  # (host, pid) -> (nranks, rank)
     once: set = field(default_factory=set)  # keys of the once-per-process signals emitted
 
     def emit(self, kind: str, line: _Line, rank: int | None = None, **fields) -> Signal:
-        if line.pid is not None:
-            fields.setdefault("pid", line.pid)
+        if line.pid is not None or line.proc is not None:
+            fields.setdefault("pid", line.pid if line.pid is not None else line.proc)
         if line.local_rank is not None:
             fields.setdefault("local_rank", line.local_rank)
         sig = Signal(kind, self.file, line.n, line.raw[:2000], line.rank if rank is None else rank,
@@ -218,6 +231,7 @@ class Extractor:
 
     def finish(self) -> list[Signal]:
         _elastic_flush(self)
+        stacktext.flush(self)
         self.signals = _fill_ranks(self.signals, self.pid_rank, rank_of_path(self.file))
         return self.signals
 
@@ -377,8 +391,10 @@ def _elastic_flush(ex: Extractor) -> None:
 # ---------------------------------------------------------------------------------------
 # Python tracebacks and exceptions
 
-# '  File "/x/torch/distributed/distributed_c10d.py", line 1707, in all_reduce'
-_FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+), in (?P<func>[\w<>.]+)')
+# '  File "/x/torch/distributed/distributed_c10d.py", line 1707, in all_reduce' (searched:
+# a paste may glue a frame to the end of the line before)
+_FRAME = re.compile(r'File "(?P<file>[^"]*)", line (?P<line>\d+), in (?P<func>[\w<>.]+)')
+_MAX_FRAMES = 15  # kept per exception, innermost; 200 read at most
 # "RuntimeError: CUDA out of memory."  "torch.distributed.DistBackendError: ..."  "ValueError"
 _EXC = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*"
                   r"(?:Error|Exception|Interrupt|Exit|Failure|Timeout))(?::\s?(?P<msg>.*))?$")
@@ -395,20 +411,32 @@ COLLECTIVE_FUNCS = frozenset({
 
 def python_family(ex: Extractor, line: _Line) -> None:
     body = line.body
-    key = (line.rank, line.local_rank, line.host)
+    key = (line.rank, line.local_rank, line.host, line.proc)
     if "Traceback (most recent call last)" in body:
         ex.tracebacks[key] = _Traceback(line.n)
         return
-    if 'File "' in body and (m := _FRAME.match(body)):
+    if 'File "' in body and (m := _FRAME.search(body, body.find('File "'))):
         tb = _open_traceback(ex, key, line)  # a pasted excerpt often starts mid-traceback
         if len(tb.frames) < 200:
             tb.frames.append(m.group("func"))
+            tb.stack.append({"file": m.group("file"), "line": int(m.group("line")),
+                             "func": m.group("func"), "code": None})
         return
     if "tensor([" in body and _TINY_TENSOR.search(body):
         _open_traceback(ex, key, line).tiny = True
-    if "Error" in body or "Exception" in body or "Interrupt" in body or "Exit" in body \
-            or "Timeout" in body:
-        _exception(ex, line, key)
+    if ("Error" in body or "Exception" in body or "Interrupt" in body or "Exit" in body
+            or "Timeout" in body) and _exception(ex, line, key):
+        return
+    tb = ex.tracebacks.get(key)
+    if tb is not None and tb.stack and tb.stack[-1]["code"] is None:
+        _source_line(tb, body.strip())
+
+
+def _source_line(tb: _Traceback, text: str) -> None:
+    # the frame's source line, which rules read (a device index, a rank used as a device);
+    # 3.11+ underlines it with carets on the next line
+    if text and not text.startswith(("^", "~")):
+        tb.stack[-1]["code"] = text[:200]
 
 
 def _open_traceback(ex: Extractor, key: tuple, line: _Line) -> _Traceback:
@@ -417,17 +445,19 @@ def _open_traceback(ex: Extractor, key: tuple, line: _Line) -> _Traceback:
     return ex.tracebacks[key]
 
 
-def _exception(ex: Extractor, line: _Line, key: tuple) -> None:
+def _exception(ex: Extractor, line: _Line, key: tuple) -> bool:
     m = _EXC.match(line.body.strip())
     if not m:
-        return
+        return False
     tb = ex.tracebacks.pop(key, None)
     qualname = m.group("type")
-    frames = tb.frames[-15:] if tb else []
+    frames = tb.frames[-_MAX_FRAMES:] if tb else []
     ex.emit("exception", line, type=qualname.rsplit(".", 1)[-1], qualname=qualname,
             message=(m.group("msg") or "")[:600], frames=frames,
+            stack=tb.stack[-_MAX_FRAMES:] if tb else [],
             in_collective=bool(COLLECTIVE_FUNCS.intersection(frames)),
             tiny_tensor=bool(tb and tb.tiny), traceback_line=tb.start if tb else None)
+    return True
 
 
 # ---------------------------------------------------------------------------------------
@@ -539,6 +569,8 @@ def hardware_family(ex: Extractor, line: _Line) -> None:
     """Hardware words from several printers (CUDA's error strings, NVRM, NCCL's NVLS
     hints): the first that the line holds."""
     body = line.body
+    if "NVLS) Multicast" in body:
+        return  # NCCL's NVLS bind failure names the fabric manager: a catalog entry's (config)
     for needle, what in _HW_NEEDLES:
         if needle in body and (what != "nvlink_error" or "rror" in body):
             ex.emit("hardware_error", line, what=what, message=body.strip()[:300])
@@ -573,8 +605,9 @@ def topology_family(ex: Extractor, line: _Line) -> None:
 
 
 _NCCL_ONLY = (nccl_ib_unused,)
-FAMILIES = (nccl_ib_unused, activity_family, elastic_family, python_family, nan_family,
-            progress_family, version_family, hardware_family, topology_family)
+FAMILIES = (nccl_ib_unused, activity_family, elastic_family, python_family,
+            stacktext.stack_family, nan_family, progress_family, version_family,
+            hardware_family, topology_family)
 
 
 def extract(log) -> list[Signal]:

@@ -16,7 +16,7 @@ from rich.progress import (BarColumn, Progress, ProgressColumn, SpinnerColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from diag.format.ranks import ranges_text
+from diag.format.ranks import as_ranges, ranges_text
 from diag.analyze.summary import RunSummary
 from diag.report.text import plain
 
@@ -124,6 +124,44 @@ def render_watch(result, console: Console | None = None) -> None:
         render_analysis(result.analysis, console)
     if result.killed:
         console.print(f"ended ranks {quote(result.killed)}")
+
+
+def render_pid_watch(result, console: Console | None = None) -> None:
+    """``ddiag watch --pid``: how it ended; on a hang, the odd ones out and the analysis."""
+    console = console or stdout_console()
+    if result.alarm is None:
+        console.print(f"ddiag watch: no hang ({quote(result.ended)}; {result.samples} samples "
+                      f"of {len(result.ranks)} rank(s))")
+        return
+    console.print(Text(plain(f"hang: {result.alarm.reason}"), style="bold red"))
+    for c in result.captures:
+        console.print(Text(plain(f"  stack of rank {c.process.rank} (pid {c.process.pid}): "
+                                 f"{c.path or c.error}"), style="dim"))
+    if result.analysis is not None:
+        render_analysis(result.analysis, console)
+    if result.killed:
+        console.print(f"ended ranks {quote(result.killed)}")
+
+
+def render_stacks(result, console: Console | None = None) -> None:
+    """``ddiag stacks``: the groups of identical stacks, largest first, then the finding."""
+    console = console or stdout_console()
+    for g in result.groups:
+        who = ranges_text(as_ranges(g.ranks)) if g.ranks else f"{len(g.stacks)} process(es)"
+        console.print(Text(plain(f"{len(g.stacks)} rank(s) [{who}]: {g.state} in "
+                                 f"{g.at or '?'}"), style="bold"))
+        for frame in g.frames[:6]:
+            console.print(Text(plain(f"    {frame}"), style="dim"))
+    for c in result.captures:
+        if c.error:
+            console.print(Text(plain(f"rank {c.process.rank} (pid {c.process.pid}): {c.error}"),
+                               style="yellow"))
+    if result.finding is not None:
+        console.print(Text(plain(f"odd one out: {result.finding.title}"), style="bold red"))
+        console.print(Text(plain(f"fix: {result.finding.fix}")))
+    elif len(result.groups) == 1:
+        console.print(f"all {result.captured} captured ranks are in the same place")
+    console.print(f"dumps: {quote(str(result.run_dir / 'stacks'))} (ddiag analyze reads them)")
 
 
 def render_scale_test(result, console: Console | None = None) -> None:

@@ -29,7 +29,7 @@ def why_not_rank(run_dir: str, rank: int, pid, started: float | None) -> str | N
         return f"pid {pid!r} is not one process (a rank's pid is an integer > 1)"
     if pid == os.getpid():
         return f"pid {pid} is ddiag watch itself"
-    stat = _stat(pid)
+    stat = proc_stat(pid)
     if stat is None or stat[0] in "ZXx":
         return f"pid {pid}: no live process of that pid on {socket.gethostname()}"
     begun = _start_time(stat)
@@ -52,11 +52,11 @@ def why_not_rank(run_dir: str, rank: int, pid, started: float | None) -> str | N
 def start_ticks(pid: int) -> str | None:
     """When ``pid`` began, in clock ticks since boot: the same value means the same
     process (a reused pid began later)."""
-    stat = _stat(pid)
+    stat = proc_stat(pid)
     return stat[19] if stat else None
 
 
-def _stat(pid: int) -> list[str] | None:
+def proc_stat(pid: int) -> list[str] | None:
     """/proc/PID/stat from the state on (the name before it may hold spaces)."""
     try:
         with open(f"/proc/{pid}/stat") as fh:

@@ -11,11 +11,14 @@ a ``oneof`` group wins). ``engine.scan`` runs them; ``python -m diag.analyze.cat
 from __future__ import annotations
 
 from diag.analyze.catalog import cuda, elastic, frameworks, gloo, host, nccl, slurm, torch
+from diag.analyze.catalog import nccl_coll
+from diag.analyze.catalog import python
 from diag.analyze.catalog.spec import Example, Implies, Signature, Source
 
-CATALOG: tuple[Signature, ...] = (nccl.ENTRIES + torch.ENTRIES + gloo.ENTRIES + elastic.ENTRIES
+CATALOG: tuple[Signature, ...] = (nccl.ENTRIES + nccl_coll.ENTRIES + torch.ENTRIES
+                                  + gloo.ENTRIES + elastic.ENTRIES
                                   + cuda.ENTRIES + host.ENTRIES + slurm.ENTRIES
-                                  + frameworks.ENTRIES)
+                                  + frameworks.ENTRIES + python.ENTRIES)
 
 BY_ID: dict[str, Signature] = {entry.id: entry for entry in CATALOG}
 

@@ -16,13 +16,16 @@ from diag.analyze.catalog.spec import (Example, Signature, Source, compute, cons
 GLOO = "facebookincubator/gloo"
 PAIR = "gloo/transport/tcp/pair.cc"
 
-_PEER = re.compile(r"\[(?P<addr>[\d.:a-fA-F]+)\]:(?P<port>\d+)")
+# Address::str (gloo/transport/tcp/address.cc): "[ip]:port", "[ip]:port$seq"; gloo's own
+# connect log holds "local=[...]" first, so "remote=[...]" wins where it is
+_PEER = re.compile(r"(?:remote=)?\[(?P<addr>[\d.:a-fA-F]+)\]:(?P<port>\d+)")
+_REMOTE = re.compile(r"remote=\[(?P<addr>[\d.:a-fA-F]+)\]:(?P<port>\d+)")
 _SIZES = re.compile(r"op\.preamble\.length <= op\.nbytes\.? (?P<a>\d+) vs (?P<b>\d+)")
 
 
 def _peer(part: str):
     def read(m: re.Match):
-        found = _PEER.search(m.string)
+        found = _REMOTE.search(m.string) or _PEER.search(m.string)
         if found is None:
             return None
         return found.group("addr") if part == "addr" else int(found.group("port"))
@@ -40,12 +43,14 @@ def _fields(what: str) -> dict:
             "sizes": compute(_sizes)}
 
 
-def _kind(what: str, needle: str, source: Source, example: str, expect: dict,
-          near_miss: str) -> Signature:
+def _kind(what: str, needle: str | tuple, source: Source, example: str, expect: dict,
+          near_miss: str, also: tuple = (), more: tuple = ()) -> Signature:
+    needles = needle if isinstance(needle, tuple) else (needle,)
     return Signature(
-        id=f"gloo.{what}", signal="gloo_error", scope="gloo", oneof="gloo", prefilter=(needle,),
-        pattern=re.escape(needle), fields=_fields(what), source=source,
-        examples=(Example(example, {"what": what, **expect}),), near_misses=(near_miss,))
+        id=f"gloo.{what}", signal="gloo_error", scope="gloo", oneof="gloo", prefilter=(needles,),
+        pattern="|".join(map(re.escape, needles)), fields=_fields(what), source=source,
+        also=also, examples=(Example(example, {"what": what, **expect}),) + more,
+        near_misses=(near_miss,))
 
 
 ENTRIES = (
@@ -73,10 +78,35 @@ ENTRIES = (
           "gloo reset the counters"),
     _kind("refused", "Connection refused",
           Source(GLOO, PAIR, "Pair::handleConnecting",
-                 "newer gloo: gloo/transport/tcp/error.cc SystemError::what, 'SO_ERROR: ...'"),
+                 "to 2023: 'connect [ip]:port: <strerror>'"),
           "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:799] connect "
           "[127.0.1.1]:45767: Connection refused", {"peer": "127.0.1.1", "port": 45767},
-          "gloo: connection accepted"),
+          "gloo: connection accepted",
+          also=(Source(GLOO, "gloo/transport/tcp/helpers.h", "ConnectOperation::handleEvents",
+                       "2025+: 'timed out connecting: ' + SystemError::what (error.cc), "
+                       "'SO_ERROR: <strerror>, remote=[ip]:port'"),
+                Source(GLOO, "gloo/transport/tcp/debug_logger.cc", "DebugLogger::log",
+                       "2025+, each failed try: 'failed to connect, ... local=[..], "
+                       "remote=[..], error=...'")),
+          more=(Example("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:144] "
+                        "timed out connecting: SO_ERROR: Connection refused, "
+                        "remote=[10.2.0.8]:41773", {"peer": "10.2.0.8", "port": 41773}),
+                Example("[/opt/pytorch/third_party/gloo/gloo/transport/tcp/debug_logger.cc:12] "
+                        "ERROR failed to connect, willRetry=1, retry=2, retryLimit=3, rank=1, "
+                        "size=4, local=[10.2.0.9]:50712, remote=[127.0.1.1]:29811, "
+                        "error=SO_ERROR: Connection refused, remote=[127.0.1.1]:29811",
+                        {"peer": "127.0.1.1", "port": 29811}))),
+    _kind("unreachable", ("No route to host", "Network is unreachable"),
+          Source(GLOO, PAIR, "Pair::handleConnecting",
+                 "to 2023: 'connect [ip]:port: <strerror>'"),
+          "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:799] connect "
+          "[10.4.1.7]:39211: No route to host", {"peer": "10.4.1.7", "port": 39211},
+          "gloo: route to host found",
+          also=(Source(GLOO, "gloo/transport/tcp/helpers.h", "ConnectOperation::handleEvents",
+                       "2025+: 'timed out connecting: SO_ERROR: <strerror>, remote=[ip]:port'"),),
+          more=(Example("RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:144]"
+                        " timed out connecting: SO_ERROR: Network is unreachable, "
+                        "remote=[fd00::12]:40001", {"peer": "fd00::12"}),)),
     _kind("timeout", "Timed out waiting",
           Source(GLOO, "gloo/transport/tcp/unbound_buffer.cc", "UnboundBuffer::waitRecv",
                  "and waitSend"),
@@ -93,11 +123,16 @@ ENTRIES = (
           "RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/pair.cc:446] "
           "op.preamble.length <= op.nbytes. 8 vs 4", {"sizes": [8, 4]},
           "gloo: op.nbytes checked"),
-    _kind("connect_timeout", "Connection timed out",
+    _kind("connect_timeout", ("Connection timed out", "Connect timeout", "timed out connecting"),
           Source(GLOO, PAIR, "Pair::handleConnecting"),
           "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:799] connect "
           "[10.1.2.3]:33907: Connection timed out", {"peer": "10.1.2.3"},
-          "gloo: connection up"),
+          "gloo: connection up",
+          also=(Source(GLOO, "gloo/transport/tcp/pair.h", "Pair::waitUntil",
+                       "'Connect timeout [ip]:port' when the peer never connects back"),),
+          more=(Example("RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.h:311]"
+                        " Connect timeout [10.1.2.4]:51234", {"peer": "10.1.2.4",
+                                                              "port": 51234}),)),
     Signature(
         id="gloo.other", signal="gloo_error", scope="gloo", oneof="gloo",
         prefilter=(("gloo/transport", "Gloo"),), pattern=r"gloo/transport|Gloo",

@@ -52,6 +52,41 @@ def _after_level(m: re.Match) -> str:
     return m.string[m.end():].strip()[:300]
 
 
+def _oob(m: re.Match) -> tuple[str, str] | None:
+    # "...; OOB ib0:10.1.0.3<0>": the interface NCCL's IB transport picked for its
+    # out-of-band TCP connections, by the same rule as bootstrap's (ncclFindInterfaces)
+    found = _OOB.search(m.string)
+    return (found.group("iface"), found.group("addr")) if found else None
+
+
+_OOB = re.compile(r"; OOB (?P<iface>[^:\s]+):(?P<addr>[^<\s]+)<\d+>")
+
+# NCCL_CONFIG_UNDEF_INT (src/nccl.h.in, 2.17+): the "unset" value NCCL_CONFIG_INITIALIZER
+# gives every attribute; a library >= 2.17 replaces it by its default before checking
+CONFIG_UNDEF_INT = -2147483648
+
+
+def _nvls_bind(ex, line, m: re.Match) -> None:
+    # the WARN holds newlines: a paste (or a wrapping terminal) may put the CUDA error on
+    # the next line
+    code, error = m.group("code"), m.group("error")
+    if code is None:
+        nxt = _CUDA_ERROR.search(ex.next_bodies(line, 1))
+        code, error = (nxt.group("code"), nxt.group("error")) if nxt else (None, None)
+    ex.emit("nccl_nvls_bind", line, size=int(m.group("size")),
+            code=int(code) if code else None, error=error)
+
+
+_CUDA_ERROR = re.compile(r"^\s*:?\s*CUDA error (?P<code>\d+) '(?P<error>[^']*)'")
+
+NVLS_BIND = Implies(
+    Category.ENV_MISCONFIG, 0.85,
+    "NCCL cannot bind NVLink SHARP multicast memory: the host's NVSwitch fabric is not set "
+    "up. Start the fabric manager (`systemctl enable --now nvidia-fabricmanager`, its "
+    "version must match the driver's), load the IMEX channels (nvidia-caps-imex-channels) "
+    "where the driver needs them, then rerun; NCCL_NVLS_ENABLE=0 avoids NVLS meanwhile.")
+
+
 # c10d's rendering of NCCL's result codes: ncclGetErrorString's text, or the enum's name
 # with getNcclErrorDetailStr's explanation
 _RESULT_SOURCE = Source(NCCL, "src/init.cc", "ncclGetErrorString",
@@ -136,13 +171,18 @@ ENTRIES = (
         id="nccl.net_interfaces", signal="nccl_net", scope="nccl", oneof="net_using",
         prefilter=("Using [", "NET/"),
         pattern=r"NET/(?P<transport>Socket|IB)\s*:\s*Using (?P<rest>.*)",
-        fields={"transport": str, "ifaces": compute(_ifaces)},
+        fields={"transport": str, "ifaces": compute(_ifaces), "oob": compute(_oob)},
         source=Source(NCCL, "src/transport/net_socket.cc", "ncclNetSocketInit"),
-        also=(Source(NCCL, "src/transport/net_ib/init.cc", "ncclIbInitDevices"),),
+        also=(Source(NCCL, "src/transport/net_ib/init.cc", "ncclIbInitDevices",
+                     "'NET/IB : Using%s %s; OOB %s:%s'; before 2.19 src/transport/net_ib.cc "
+                     "ncclIbInit"),),
         examples=(Example("n1:10:10 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.3<0> "
                           "[1]eth1:10.1.0.3<0>",
-                          {"transport": "Socket",
-                           "ifaces": [("eth0", "10.0.0.3"), ("eth1", "10.1.0.3")]}),),
+                          {"transport": "Socket", "oob": None,
+                           "ifaces": [("eth0", "10.0.0.3"), ("eth1", "10.1.0.3")]}),
+                  Example("gpu-3:51:77 [2] NCCL INFO NET/IB : Using [0]mlx5_2:1/IB [1]mlx5_3:1"
+                          "/IB [RO]; OOB ib1:172.16.9.3<0>",
+                          {"transport": "IB", "oob": ("ib1", "172.16.9.3")})),
         near_misses=("n1:10:10 [0] NCCL INFO NET/Plugin : Using [0]x",)),
     Signature(
         id="nccl.channel_via_net", signal="nccl_channel_net", scope="nccl", once_per_process=True,
@@ -335,6 +375,108 @@ ENTRIES = (
         examples=(Example("n1:1:1 [0] misc/shmutils.cc:112 NCCL WARN Error while creating shared "
                           "memory segment /dev/shm/nccl-3lK3iW (size 9637888)"),),
         near_misses=("n1:1:1 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via SHM/direct/direct",)),
+    Signature(
+        id="nccl.topo_xml", signal="nccl_topo_xml", scope="nccl_warn", prefilter=("XML ",),
+        pattern=r"XML (?:Import Channel : dev (?P<dev>-?\d+) not found"
+                r"|(?P<which>Topology|Graph) has wrong version (?P<have>-?\d+), (?P<need>\d+) needed"
+                r"|Parse(?: error)? : (?!Ignoring)(?P<parse>.+)|Mismatch : (?P<mismatch>.+))"
+                r"|Could not open XML graph file (?P<path>\S+) : (?P<error>.+)",
+        fields={"dev": int, "version": group("have", int), "path": str,
+                "what": compute(lambda m: "import_channel" if m.group("dev") is not None
+                                else "wrong_version" if m.group("which")
+                                else "open" if m.group("path") else "parse")},
+        source=Source(NCCL, "src/graph/search.cc", "ncclTopoGetChannelFromXml",
+                      "since 2.6; the graph NCCL_GRAPH_FILE names (ncclTopoCompute) asks for "
+                      "a GPU this node does not have"),
+        also=(Source(NCCL, "src/graph/xml.cc", "ncclTopoXmlLoadSystem",
+                     "'XML Topology has wrong version'; 'XML Graph has wrong version' in "
+                     "ncclTopoXmlGraphLoadGraphs"),
+              Source(NCCL, "src/graph/xml.cc", "ncclTopoGetXmlGraphFromFile",
+                     "'Could not open XML graph file %s : %s'"),
+              Source(NCCL, "src/graph/xml.cc", "xmlLoadSub",
+                     "and xmlGetValue/xmlGetToken: 'XML Parse : ...', 'XML Mismatch : ...' "
+                     "while reading NCCL_TOPO_FILE or NCCL_GRAPH_FILE")),
+        examples=(Example("node7:811:902 [3] graph/search.cc:919 (ncclTopoGetChannelFromXml) "
+                          "NCCL WARN XML Import Channel : dev 5 not found.",
+                          {"what": "import_channel", "dev": 5}),
+                  Example("h1:22:22 [0] graph/xml.cc:394 NCCL WARN XML Topology has wrong "
+                          "version 1, 2 needed", {"what": "wrong_version", "version": 1}),
+                  Example("vm2:90:131 [0] graph/xml.cc:1257 NCCL WARN Could not open XML graph "
+                          "file /etc/nccl/graph.xml : No such file or directory",
+                          {"what": "open", "path": "/etc/nccl/graph.xml"}),
+                  Example("vm2:90:131 [0] graph/xml.cc:219 NCCL WARN XML Mismatch : gpu / pci",
+                          {"what": "parse"})),
+        near_misses=("n1:5:9 [0] NCCL INFO NCCL_GRAPH_FILE set by environment to /x/graph.xml",
+                     "n1:5:9 [0] NCCL INFO XML Parse : Ignoring extra attributes (max 16)",
+                     "n1:5:9 [0] NCCL INFO Could not open XML topology file /x/t.xml : No such "
+                     "file or directory")),
+    Signature(
+        id="nccl.err_chain", signal="nccl_err_chain", scope="nccl",
+        prefilter=((".cc:", ".cu:", ".h:"), " ->"),
+        pattern=r"NCCL INFO (?P<src>[\w./-]+\.(?:cc|cu|h|cpp)):(?P<src_line>\d+)"
+                r"(?: \((?P<func>\w+)\))? ->(?: (?P<code>\d+))?(?: \((?P<reason>[^)]*)\))?"
+                r"(?P<async> \[Async thread\])?\s*$",
+        fields={"src": str, "src_line": int, "code": int, "reason": str,
+                "tid": search(r":(\d+) \[\d+\] NCCL INFO", int),
+                "async": compute(lambda m: m.group("async") is not None)},
+        source=Source(NCCL, "src/include/checks.h", "NCCLCHECK",
+                      "each frame an error passes through: '%s:%d -> %d', with errno "
+                      "'-> %d (%s)' (SYSCHECK), '-> %d [Async thread]'; newest master adds "
+                      "the function, '%s:%d (%s) -> %d' (src/include/debug.h INFO_LOC)"),
+        examples=(Example("a100-7:2330:2658 [2] NCCL INFO misc/socket.cc:567 -> 2",
+                          {"src": "misc/socket.cc", "src_line": 567, "code": 2, "tid": 2658}),
+                  Example("n4:77:91 [1] NCCL INFO transport/net_ib/connect.cc:402 "
+                          "(ncclIbConnect) -> 6 (Connection refused)",
+                          {"src": "transport/net_ib/connect.cc", "code": 6,
+                           "reason": "Connection refused"}),
+                  Example("n4:77:91 [1] NCCL INFO group.cc:64 -> 1 [Async thread]",
+                          {"src": "group.cc", "code": 1, "async": True}),
+                  Example("n4:77:91 [1] NCCL INFO init.cc:1350 ->", {"code": None})),
+        near_misses=("n4:77:91 [1] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC",
+                     "n4:77:91 [1] NCCL INFO init.cc:1584 Cuda Host Alloc Size 4 pointer 0x7f",
+                     "n4:77:91 [1] NCCL INFO Trees [0] 1/-1/-1->0->-1 [1] -1/-1/-1->0->1")),
+    Signature(
+        id="nccl.nvls_bind_failed", signal="nccl_nvls_bind",
+        prefilter=("NVLink SHARP (NVLS) Multicast",),
+        pattern=r"Failed to bind NVLink SHARP \(NVLS\) Multicast memory of size (?P<size>\d+)"
+                r"(?:\s*:\s*CUDA error (?P<code>\d+) '(?P<error>[^']*)')?",
+        parse=_nvls_bind, implies=NVLS_BIND,
+        source=Source(NCCL, "src/transport/nvls.cc", "ncclNvlsBufferSetup",
+                      "2.27.3+, after cuMulticastBindMem fails; a three-line WARN (the hint "
+                      "about the Fabric Manager and NCCL_NVLS_ENABLE=0 follow unprefixed)"),
+        examples=(Example("h100-7:3321:3400 [5] transport/nvls.cc:376 NCCL WARN Failed to bind "
+                          "NVLink SHARP (NVLS) Multicast memory of size 4194304 : CUDA error 801 "
+                          "'operation not supported'.",
+                          {"size": 4194304, "code": 801, "error": "operation not supported"}),
+                  Example("[2026-01-09 10:02:11] b200-2:77:98 [0] transport/nvls.cc:380 "
+                          "(ncclNvlsBufferSetup) NCCL WARN Failed to bind NVLink SHARP (NVLS) "
+                          "Multicast memory of size 8388608 : CUDA error 999 'unknown error'.",
+                          {"size": 8388608, "code": 999})),
+        near_misses=("h100-7:33:40 [5] NCCL INFO NVLS multicast support is not available on dev 5",
+                     "h100-7:33:40 [5] NCCL INFO NVLS Bind mem 0x7f00 UC handle 0x1 MC handle 0x2 "
+                     "size 2097152")),
+    Signature(
+        id="nccl.config_attribute", signal="nccl_config_invalid",
+        prefilter=("Invalid config", "attribute value"),
+        pattern=r"Invalid config (?P<attr>[\w/ ]+?) attribute value (?P<value>-?\d+)"
+                r"(?:/(?P<value2>-?\d+))?",
+        fields={"attr": str, "value": int, "value2": int,
+                "undef": compute(lambda m: str(CONFIG_UNDEF_INT) in (m.group("value"),
+                                                                      m.group("value2")))},
+        source=Source(NCCL, "src/init.cc", "parseCommConfig",
+                      "2.17+, which skips attributes left at NCCL_CONFIG_UNDEF_INT; 2.14-2.16: "
+                      "ncclCommInitRankConfig, which knows no such value; reaches torch's "
+                      "DistBackendError after 'Last error:'"),
+        examples=(Example("n1:33:33 [0] init.cc:1270 NCCL WARN Invalid config blocking attribute "
+                          "value -2147483648",
+                          {"attr": "blocking", "value": -2147483648, "undef": True}),
+                  Example("Invalid config cgaClusterSize attribute value 9",
+                          {"attr": "cgaClusterSize", "value": 9, "undef": False}),
+                  Example("g2:8:8 [1] init.cc:2328 NCCL WARN Invalid config min/max channels "
+                          "attribute value 64/-2147483648",
+                          {"attr": "min/max channels", "undef": True})),
+        near_misses=("n1:33:33 [0] init.cc:1280 NCCL WARN Invalid NCCL_COMM_BLOCKING value 5",
+                     "ncclConfig_t argument not initialized via NCCL_CONFIG_INITIALIZER")),
     Signature(
         id="nccl.warn", signal="nccl_warn", scope="nccl_warn", prefilter=(("WARN", "ERROR"),),
         pattern=r"^(?:.*?\b(?:WARN|ERROR)\b)?", fields={"message": compute(_after_level)},

@@ -1,11 +1,12 @@
-"""Slurm: srun's per-task exit lines, slurmstepd's cancellation banner, node failures.
+"""Slurm: srun's per-task exit lines, slurmstepd's cancellation banner, node failures, and
+slurmstepd's reports of a step over its memory limit.
 
 One of these per line, in this order (a line never carries two).
 """
 
 from __future__ import annotations
 
-from diag.analyze.catalog.spec import Example, Signature, Source, group
+from diag.analyze.catalog.spec import Example, Signature, Source, const, group
 
 SLURM = "SchedMD/slurm"
 
@@ -39,3 +40,36 @@ ENTRIES = (
         examples=(Example("srun: error: Node failure on node07", {"node": "node07"}),),
         near_misses=("no node failure so far",)),
 )
+
+
+def _memory(id_: str, weak: bool, pattern: str, source: Source, example: str,
+            near_miss: str) -> Signature:
+    return Signature(
+        id=id_, signal="oom", oneof="oom", prefilter=("xceeded",), pattern=pattern,
+        fields={"device": const("host"), "weak": const(weak), "tried": const(None),
+                "gpu": const(None)},
+        source=source, examples=(Example(example, {"device": "host", "weak": weak}),),
+        near_misses=(near_miss,))
+
+
+# The step's memory limit (--mem, --mem-per-cpu): slurmstepd kills a step over it itself,
+# or reports after the step that the cgroup's limit was hit, which may or may not have
+# killed anything (a hint).
+MEMORY = (
+    _memory("slurm.memory_limit_kill", False,
+            r"exceeded (?:virtual )?memory limit \(\d+ > \d+\), being killed",
+            Source(SLURM, "src/common/slurm_jobacct_gather.c", "jobacct_gather_handle_mem_limit",
+                   "'%ps exceeded memory limit (%lu > %lu), being killed'; before 20.02 'Job %u "
+                   "exceeded ...'"),
+            "slurmstepd: error: StepId=88123.0 exceeded memory limit (68719476736 > "
+            "64424509440), being killed", "exceeded memory limit (soft)"),
+    _memory("slurm.memory_limit_hit", True, r"Exceeded (?:step|job) memory limit",
+            Source(SLURM, "src/plugins/task/cgroup/task_cgroup_memory.c",
+                   "task_cgroup_memory_check_oom",
+                   "before 18.08: 'Exceeded step memory limit at some point.' from the "
+                   "cgroup's failcnt; the step may still have succeeded"),
+            "slurmstepd: error: Exceeded step memory limit at some point.",
+            "slurmstepd: error: Exceeded time limit"),
+)
+
+ENTRIES += MEMORY

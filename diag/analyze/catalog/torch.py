@@ -107,7 +107,9 @@ def _timeout_ms(m: re.Match) -> int:
 
 
 _WATCHDOG_SOURCE = Source(TORCH, PG_NCCL, "ProcessGroupNCCL::WorkNCCL::checkTimeout",
-                          "torch < 2.0: ProcessGroupNCCL::abortTimedOutCollectives")
+                          "torch < 2.0: ProcessGroupNCCL::abortTimedOutCollectives; the "
+                          "'[Rank r] ' head became logPrefix()'s "
+                          "'[PG ID p PG GUID g(desc) Rank r] '")
 _BLOCKING_SOURCE = Source(TORCH, PG_NCCL, "ProcessGroupNCCL::WorkNCCL::synchronizeInternal",
                           "TORCH_NCCL_BLOCKING_WAIT=1")
 _WATCHDOG_LINE = ("[rank0]:[E1103 04:12:55.118 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught "
@@ -147,6 +149,8 @@ C10D_ENTRIES = WATCHDOG + (
     Signature(
         id="torch.watchdog_status", signal="watchdog_status", flags=re.IGNORECASE,
         prefilter=(("ast enqueued", "ast completed"),),
+        # the watchdog's periodic progress line of a healthy rank is not a failure report
+        unless=("Work update periodically",),
         pattern=r"last (?:enqueued|completed) (?:NCCL )?work:?\s*-?\d+",
         fields={"at": search(r"at (?:NCCL )?work(?: sequence id)?:?\s*(-?\d+)", int),
                 "last_enqueued": search(r"last enqueued (?:NCCL )?work:?\s*(-?\d+)", int,
@@ -155,15 +159,26 @@ C10D_ENTRIES = WATCHDOG + (
                                          re.IGNORECASE),
                 "pg": search(r"\[PG (?:ID )?(\d+)", int)},
         source=Source(TORCH, PG_NCCL, "ProcessGroupNCCL::watchdogHandler",
-                      "2.6+: ProcessGroupNCCL::Watchdog::runLoop"),
+                      "'<NCCL error|Work timeout> is detected by watchdog at work: N, last "
+                      "enqueued NCCL work: ...'; earlier 'Exception (either an error or "
+                      "timeout) detected by watchdog at work:'; later releases: "
+                      "ProcessGroupNCCL::Watchdog::runLoop, 'failure detected by watchdog at "
+                      "work sequence id: N PG status: last enqueued work: ...'"),
         examples=(Example("[rank0]:[E1103 04:22:51.338 ProcessGroupNCCL.cpp:1785] [PG 0 "
                           "(default_pg) Rank 0] Timeout at NCCL work: 9481, last enqueued NCCL "
                           "work: 9481, last completed NCCL work: 9480.",
                           {"at": 9481, "last_enqueued": 9481, "last_completed": 9480, "pg": 0}),
                   Example("[PG ID 0 PG GUID 0(default_pg) Rank 1] Exception (either an error or "
                           "timeout) detected by watchdog at work: 2207, last enqueued NCCL work: "
-                          "2207, last completed NCCL work: 2206.", {"at": 2207, "rank": 1})),
-        near_misses=("the last enqueued job finished",)),
+                          "2207, last completed NCCL work: 2206.", {"at": 2207, "rank": 1}),
+                  Example("[rank5]:[E0412 09:41:07.552 ProcessGroupNCCL.cpp:2062] [PG ID 1 PG GUID "
+                          "5(tp) Rank 5]  failure detected by watchdog at work sequence id: 731 PG "
+                          "status: last enqueued work: 733, last completed work: 730",
+                          {"at": 731, "last_enqueued": 733, "last_completed": 730, "pg": 1})),
+        near_misses=("the last enqueued job finished",
+                     "[rank2]:[I1203 10:00:00.1 ProcessGroupNCCL.cpp:2100] [PG ID 0 PG GUID 0 "
+                     "Rank 2] NCCL Work update periodically: last enqueued NCCL work: 812, last "
+                     "completed NCCL work: 811.")),
     Signature(
         id="torch.desync_lagging_ranks", signal="desync_report", oneof="desync",
         prefilter=("lagging",),
@@ -226,10 +241,11 @@ C10D_ENTRIES = WATCHDOG + (
     Signature(
         id="torch.fr_missing_ranks", signal="fr_missing_ranks", prefilter=("missing ranks",),
         pattern=r"missing ranks:?\s*[\[{](?P<ranks>[\d, ]+)[\]}]", fields={"ranks": ranks},
-        source=Source(TORCH, "torch/distributed/flight_recorder/components/builder.py",
-                      "build_collectives",
-                      "the Flight Recorder analyzer (torchfrtrace); newer: utils.py "
-                      "error_analysis through types.py EntryState.log"),
+        source=Source(TORCH, "torch/distributed/flight_recorder/components/types.py",
+                      "EntryState.log",
+                      "the Flight Recorder analyzer (torchfrtrace): logger.info('missing ranks: "
+                      "%s', a set), called from utils.py error_analysis (builder.py "
+                      "build_collectives calls that)"),
         examples=(Example("missing ranks: {3}", {"ranks": [3]}),),
         near_misses=("missing ranks are reported below",)),
     Signature(
@@ -310,15 +326,23 @@ STORE_ENTRIES = (
     Signature(
         id="torch.store_address_unresolvable", signal="name_resolution_failed",
         oneof="name_resolution", prefilter=("network addresses of",),
-        pattern=r"IPv4 network addresses of \((?P<host>[^,()]+), (?P<port>\d+)\) cannot be "
-                r"retrieved(?: \(gai error: (?P<code>-?\d+) - (?P<reason>[^)]*))?",
+        pattern=r"(?:IPv4|The) network addresses of \((?P<host>[^,()]+), (?P<port>\d+)\) cannot "
+                r"be retrieved(?: \(gai error: (?P<code>-?\d+) - (?P<reason>[^)]*))?",
         fields={"host": str, "port": int, "reason": str},
-        source=Source(TORCH, SOCKET, "SocketConnectOp::tryConnect"),
+        source=Source(TORCH, SOCKET, "SocketConnectOp::tryConnect",
+                      "'The {IPv4 |IPv6 |}network addresses of (host, port) cannot be retrieved "
+                      "(gai error: ...)', the family empty when IPv6 is not preferred; IPv6 alone "
+                      "is left out (hosts without IPv6 print it harmlessly)"),
         examples=(Example("[W socket.cpp:436] [c10d] The IPv4 network addresses of "
                           "(badhost, 29500) "
                           "cannot be retrieved (gai error: -2 - Name or service not known).",
                           {"host": "badhost", "port": 29500,
-                           "reason": "Name or service not known"}),),
+                           "reason": "Name or service not known"}),
+                  Example("[W1107 03:14:15.926 socket.cpp:752] [c10d] The network addresses of "
+                          "(head-0.svc, 23456) cannot be retrieved (gai error: -3 - Temporary "
+                          "failure in name resolution).",
+                          {"host": "head-0.svc", "port": 23456,
+                           "reason": "Temporary failure in name resolution"})),
         near_misses=("The IPv6 network addresses of (node1, 29500) cannot be retrieved (gai error: "
                      "-3 - Temporary failure in name resolution).",)),
 )
@@ -336,8 +360,13 @@ STORE_ENTRIES += (
         id="torch.store_address_in_use", signal="store_bind_failed", oneof="store_bind",
         prefilter=(("EADDRINUSE", "Address already in use"),),
         pattern=r"EADDRINUSE|Address already in use", fields={"port": const(None)},
-        source=Source(TORCH, SOCKET, "SocketListenOp::run",
-                      "'failed to listen on any local network address', errno named"),
+        source=Source(TORCH, C10D + "TCPStoreLibUvBackend.cpp", "UvTcpServer::makeWithPort",
+                      "the libuv store server (the default in torch 2.4+): 'failed to listen on "
+                      "any local network address. port: ..., name: EADDRINUSE'; libuv reports a "
+                      "bind's EADDRINUSE at listen"),
+        also=(Source(TORCH, SOCKET, "SocketListenOp::run",
+                     "'failed to listen on any local network address.' then tryListen's "
+                     "'(errno: 98 - Address already in use)'"),),
         examples=(Example("The server socket has failed to listen on any local network address. "
                           "port: 29500, useIpv6: 0, code: -98, name: EADDRINUSE, message: address "
                           "already in use", {"port": None}),),
@@ -383,7 +412,8 @@ STORE_ENTRIES += (
         id="torch.env_rendezvous_var_missing", signal="env_missing",
         prefilter=("expected, but not set",),
         pattern=r"environment variable (?P<var>\w+) expected, but not set", fields={"var": str},
-        source=Source(TORCH, "torch/distributed/rendezvous.py", "_env_error"),
+        source=Source(TORCH, "torch/distributed/rendezvous.py",
+                      "_env_rendezvous_handler._env_error"),
         examples=(Example("ValueError: Error initializing torch.distributed using env:// "
                           "rendezvous: environment variable MASTER_ADDR expected, but not set",
                           {"var": "MASTER_ADDR"}),),
@@ -393,17 +423,19 @@ STORE_ENTRIES += (
         prefilter=("connect() timed out",),
         pattern=r"connect\(\) timed out\. Original timeout was (?P<timeout_ms>\d+) ms",
         fields={"host": const(None), "port": const(None), "timeout_ms": int},
-        source=Source(TORCH, "torch/lib/c10d/Utils.cpp", "tcputil::connect",
-                      "torch 1.x (kConnectTimeoutMsg); later "
-                      "torch/csrc/distributed/c10d/Utils.cpp"),
+        source=Source(TORCH, "torch/lib/c10d/Utils.cpp", "tcputil::handleConnectException",
+                      "torch 1.x, called from tcputil::connect: kConnectTimeoutMsg 'connect() "
+                      "timed out.' + ' Original timeout was N ms.'; the file later moved to "
+                      "torch/csrc/distributed/c10d/"),
         examples=(Example("RuntimeError: connect() timed out. Original timeout was 1800000 ms.",
                           {"timeout_ms": 1800000}),),
         near_misses=("connect() timed out",)),
     Signature(
         id="torch.store_socket_timeout", signal="store_wait_timeout", oneof="store_wait",
         prefilter=("Socket Timeout",), pattern=r"Socket Timeout", fields={"message": body()},
-        source=Source(TORCH, C10D + "Utils.hpp", "tcputil::recvBytes",
-                      "a store get/wait whose peer never answered"),
+        source=Source(TORCH, C10D + "Utils.hpp", "SYSCHECK",
+                      "the macro's EAGAIN/EWOULDBLOCK branch, hit through tcputil::recvBytes/"
+                      "sendBytes: a store get/wait whose peer never answered"),
         examples=(Example("torch.distributed.DistNetworkError: Socket Timeout"),),
         near_misses=("socket timeout set to 30s",)),
     Signature(
@@ -455,4 +487,37 @@ MEMORY_ENTRIES = (
         near_misses=("using shared memory for the tensors",)),
 )
 
-ENTRIES = C10D_ENTRIES + STORE_ENTRIES + DDP_ENTRIES + MEMORY_ENTRIES
+TENSOR_ON_WRONG_DEVICE = Implies(
+    Category.OTHER, 0.8,
+    "A collective got a tensor on a device its process group has no backend for (a CPU "
+    "tensor on an NCCL-only group): create the tensor on the group's device "
+    "(torch.cuda.current_device()), or use a gloo group for CPU objects "
+    "(init_process_group(backend='cpu:gloo,cuda:nccl') or new_group(backend='gloo')); if "
+    "a library makes the call, upgrade it.")
+
+BACKEND_ENTRIES = (
+    Signature(
+        id="torch.no_backend_for_device", signal="tensor_device_backend",
+        oneof="tensor_device_backend", prefilter=("No backend type associated",),
+        pattern=r"No backend type associated with device type (?P<device>\w+)",
+        fields={"device": str}, implies=TENSOR_ON_WRONG_DEVICE,
+        source=Source(TORCH, C10D + "ProcessGroup.cpp", "ProcessGroup::getBackend",
+                      "torch 2.0+ (multi-backend groups; earlier inline in ProcessGroup.hpp)"),
+        examples=(Example("RuntimeError: No backend type associated with device type cpu",
+                          {"device": "cpu"}),
+                  Example("[rank2]: RuntimeError: No backend type associated with device type "
+                          "npu", {"device": "npu", "rank": 2})),
+        near_misses=("Backend nccl does not support allgather_coalesced",
+                     "No backend type associated with this store")),
+    Signature(
+        id="torch.nccl_tensor_not_cuda", signal="tensor_device_backend",
+        oneof="tensor_device_backend", prefilter=("Tensors must be CUDA and dense",),
+        pattern=r"Tensors must be CUDA and dense", fields={"device": const(None)},
+        implies=TENSOR_ON_WRONG_DEVICE,
+        source=Source(TORCH, PG_NCCL, "check_gpu_single_tensor",
+                      "torch 1.x and NCCL-only groups; a ValueError in 2.x"),
+        examples=(Example("ValueError: Tensors must be CUDA and dense", {"device": None}),),
+        near_misses=("Tensors must be contiguous",)),
+)
+
+ENTRIES = C10D_ENTRIES + STORE_ENTRIES + DDP_ENTRIES + MEMORY_ENTRIES + BACKEND_ENTRIES

@@ -16,11 +16,13 @@ over the signals parsed from text logs (diag/analyze/textlog.py), where it has t
 
 from __future__ import annotations
 
-from diag.analyze.detectors import config, failure, hang, mismatch, nan, network, straggler
+from diag.analyze.detectors import (config, failure, hang, mismatch, nan, network, stacks,
+                                    straggler)
 
 # In this order, findings that rank equal keep the order they have always had.
 DETECTORS: list = [
     hang.detect, mismatch.detect, failure.detect, nan.detect, straggler.detect, network.detect,
-    config.detect_text, network.detect_text, hang.detect_text, failure.detect_text,
-    straggler.detect_text, config.detect,
+    stacks.detect, config.detect_text, network.detect_text, mismatch.detect_text, hang.detect_text,
+    stacks.detect_text,
+    failure.detect_text, nan.detect_text, straggler.detect_text, config.detect,
 ]

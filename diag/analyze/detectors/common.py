@@ -9,6 +9,7 @@ import re
 from collections import defaultdict
 
 from diag.analyze.inputs import RANK_IN_NAME, Inputs
+from diag.analyze.stackgroups import Frame
 from diag.analyze.signals import Signal
 from diag.format.schema import MAX_WORLD_SIZE
 from diag.verdict import Category, Culprit, Evidence, Finding, Severity
@@ -75,7 +76,6 @@ def blocking_frame(evidence: list[Evidence]) -> Evidence | None:
     return next((e for e in evidence if _USER_MARK in e.text), evidence[0] if evidence else None)
 
 
-_LIBRARY_PATHS = ("/lib/python", "site-packages", "dist-packages", "<frozen")
 _USER_MARK = " <- user code"
 
 
@@ -87,7 +87,7 @@ _OWN_FRAMES = re.compile(r"[/\\]diag[/\\]runtime[/\\](collectives|instrument|eve
 
 def _is_user_code(frame: dict) -> bool:
     filename = str(frame.get("filename", ""))
-    return bool(filename) and not any(p in filename for p in _LIBRARY_PATHS) \
+    return Frame(str(frame.get("name")), filename).user \
         and not _OWN_FRAMES.search(filename)
 
 
@@ -244,6 +244,50 @@ def is_consequence(sig: Signal) -> bool:
     if sig.fields.get("type") in _CONSEQUENCE_TYPES:
         return True
     return any(word in text for word in _COLLECTIVE_WORDS)
+
+
+# cudaGetErrorString of the CUDA runtime errors a kernel *launch* returns when the binary
+# cannot run in this process (CUDA runtime API, cudaError_t: 400, 98, 209, 200, 500, 222)
+LAUNCH_INCOMPATIBLE = ("invalid resource handle", "invalid device function",
+                       "no kernel image is available", "device kernel image is invalid",
+                       "named symbol not found", "PTX was compiled with an unsupported toolchain")
+
+
+def nccl_launch_incompatible(sig: Signal, idx: SignalIndex) -> bool:
+    """An NCCL ``Cuda failure`` raised in its launch path (src/enqueue.cc, where
+    ncclLaunchKernel launches the collective's kernel) with an error that says the kernel
+    cannot be launched in this process at all, rather than that it faulted: an NCCL built
+    for another CUDA or GPU, or one too old for the torch that loaded it. 'invalid resource
+    handle' has one known cause of that kind (NCCL <= 2.12 under torch >= 2.3, which binds a
+    process to one device: pytorch/pytorch#130414); versions the log states can rule it out."""
+    if sig.kind != "nccl_cuda_failure" or "enqueue" not in str(sig.fields.get("src")):
+        return False
+    error = str(sig.fields.get("error"))
+    if "resource handle" in error and versions_fit_one_device(idx):
+        return False
+    return any(e in error for e in LAUNCH_INCOMPATIBLE)
+
+
+TORCH_ONE_DEVICE = (2, 3)
+NCCL_ONE_DEVICE = (2, 13)
+_VERSION_CORE = re.compile(r"\d+(?:\.\d+){1,2}")
+
+
+def versions_fit_one_device(idx: SignalIndex) -> bool:
+    """The log states a torch older than 2.3 or an NCCL of 2.13 or newer."""
+    for s in idx.of("version"):
+        found = release(s.fields.get("version"))
+        comp = s.fields.get("component")
+        if found and ((comp == "torch" and found < TORCH_ONE_DEVICE)
+                      or (comp == "nccl" and found >= NCCL_ONE_DEVICE)):
+            return True
+    return False
+
+
+def release(version) -> tuple[int, ...] | None:
+    """(major, minor) of "2.12.10+cuda11.6" or "2.3.1"; None when unreadable."""
+    m = _VERSION_CORE.search(str(version or ""))
+    return tuple(int(p) for p in m.group(0).split(".")[:2]) if m else None
 
 
 def own_failures(idx: SignalIndex) -> list[Signal]:

@@ -17,7 +17,9 @@ from collections import defaultdict
 from diag import fixes
 from diag.analyze.catalog import implied
 from diag.analyze.detectors.common import (SignalIndex, bare_address, classify_address,
-                                           env_values, index, is_ip, make, multi_node)
+                                           earliest, env_values, index, is_ip, make,
+                                           multi_node, nccl_launch_incompatible, release,
+                                           NCCL_ONE_DEVICE, TORCH_ONE_DEVICE)
 from diag.analyze.inputs import Inputs
 from diag.analyze.signals import Signal
 from diag.checkenv.rendezvous import check_rendezvous
@@ -65,14 +67,34 @@ _FIX_CUDA_STACK = (
     "The CUDA stack does not match: update the NVIDIA driver to one that supports the CUDA the "
     "wheel was built for (nvidia-smi shows the driver's CUDA), or install a torch build for "
     "this driver and GPU arch; keep NCCL the same on every node.")
+_NVLS_BIND = implied("nccl_nvls_bind")
+_FIX_TOPO_FILE = (
+    "NCCL reads a topology or graph XML from the environment that does not describe this "
+    "machine ({vars}): unset NCCL_TOPO_FILE/NCCL_GRAPH_FILE (look in /etc/nccl.conf and "
+    "~/.nccl.conf, which NCCL reads at start), or point them at the file made for this VM "
+    "size and GPU count.")
+_FIX_CONFIG_SKEW = (
+    "The libnccl that was loaded{loaded} is older than the NCCL headers the program was "
+    "built with (2.17+ marks unset ncclConfig_t fields with INT_MIN): two NCCL installs. "
+    "`pip list | grep -i nccl`, keep only the wheel that matches torch (nvidia-nccl-cu12 for "
+    "a cu12 build), and drop any libnccl that LD_LIBRARY_PATH or LD_PRELOAD puts first.")
+_FIX_CONFIG_VALUE = (
+    "The program passes NCCL a communicator config with an invalid value: check the "
+    "ncclConfig_t (or the framework option that fills it, e.g. the process group's "
+    "pg_options) for {attr}.")
+_FIX_NCCL_TOO_OLD = (
+    "torch {torch} cannot run on NCCL {nccl}: NCCL 2.12 and older fail at the first "
+    "collective since torch 2.3 (one device per process). Use the NCCL wheel torch ships "
+    "(pip nvidia-nccl-cu12), or build against NCCL >= 2.13; do not LD_PRELOAD an old libnccl.")
 
 
 def detect_text(inputs) -> list[Finding]:
     idx = index(inputs)
     findings: list[Finding] = []
     for rule in (_master_addr, _master_port, _name_resolution, _hostname, _env_missing,
-                 _port_in_use, _duplicate_gpu, _device_mapping, _shm, _ib_gid, _env_skew,
-                 _versions, _version_errors):
+                 _port_in_use, _duplicate_gpu, _device_mapping, _shm, _ib_gid, _topology_file,
+                 _nvls_bind, _env_skew, _versions, _version_errors, _config_skew,
+                 _nccl_too_old, _nccl_cannot_launch):
         findings += rule(idx)
     return findings
 
@@ -186,9 +208,27 @@ def _duplicate_gpu(idx: SignalIndex) -> list[Finding]:
 
 
 def _device_mapping(idx: SignalIndex) -> list[Finding]:
+    """A GPU index that does not exist: the launch's mapping of ranks to GPUs (more
+    processes than visible GPUs, RANK used for LOCAL_RANK) when raised while choosing the
+    device at start, or with no traceback to say; raised elsewhere while running, the
+    code computed the index (often a library using a global or TP rank as a local GPU)."""
+    from diag.analyze.detectors.failure import call_site, selects_device, traceback_of
+
     sigs = idx.of("device_mapping_error")
     if not sigs:
         return []
+    ordinal = [s for s in sigs if "invalid device ordinal" in s.text]
+    stack = traceback_of(idx, ordinal[0]) if ordinal else []
+    if stack and not selects_device(stack):
+        site = call_site(idx, ordinal[0]) or "the code"
+        title = (f"'invalid device ordinal' raised in {site}, not where the GPU is chosen at "
+                 "start: the code computes a GPU index this node does not have")
+        fix = ("The failing call builds its device from a rank that is not this node's local "
+               "rank (a global or tensor-parallel rank used as a GPU index). Take the device "
+               "from LOCAL_RANK or from a tensor already on the right GPU "
+               "(tensor.device.index); if a library makes the call, upgrade it or report it.")
+        return [make(Category.OTHER, title, fix, DETECTOR, 0.6, ordinal,
+                     ranks=_first_rank(ordinal))]
     return [make(_MISSING_GPU.category, "a rank maps to a GPU that is not there",
                  _MISSING_GPU.fix, DETECTOR, _MISSING_GPU.confidence, sigs,
                  ranks=_first_rank(sigs), env_var="CUDA_VISIBLE_DEVICES")]
@@ -209,6 +249,36 @@ def _ib_gid(idx: SignalIndex) -> list[Finding]:
         return []
     return [make(Category.ENV_MISCONFIG, "IB/RoCE queue-pair setup fails (GID index)", _FIX_GID,
                  DETECTOR, 0.6, sigs, hosts=_hosts(sigs), env_var="NCCL_IB_GID_INDEX")]
+
+
+def _topology_file(idx: SignalIndex) -> list[Finding]:
+    """NCCL failing on the topology/graph XML it was told to load: a host setting
+    (NCCL_TOPO_FILE/NCCL_GRAPH_FILE, often from /etc/nccl.conf) made for another machine."""
+    sigs = idx.of("nccl_topo_xml")
+    if not sigs:
+        return []
+    files = [s for s in idx.of("env") if s.fields.get("var") in ("NCCL_TOPO_FILE",
+                                                                   "NCCL_GRAPH_FILE")]
+    named = ", ".join(sorted({f"{s.fields['var']}={s.fields.get('value')}" for s in files}))
+    first = sigs[0].fields
+    what = (f"the graph names GPU {first['dev']}, which this node lacks"
+            if first.get("what") == "import_channel" else f"its XML {first.get('what')} fails")
+    title = f"NCCL's topology/graph file does not fit this machine: {what}"
+    env_var = files[-1].fields["var"] if files else "NCCL_GRAPH_FILE"
+    return [make(Category.ENV_MISCONFIG, title,
+                 _FIX_TOPO_FILE.format(vars=named or "NCCL_TOPO_FILE/NCCL_GRAPH_FILE"), DETECTOR,
+                 0.85 if files else 0.7, sigs + files, hosts=_hosts(sigs), env_var=env_var)]
+
+
+def _nvls_bind(idx: SignalIndex) -> list[Finding]:
+    sigs = idx.of("nccl_nvls_bind")
+    if not sigs:
+        return []
+    first = sigs[0].fields
+    error = f": CUDA error {first['code']} '{first.get('error')}'" if first.get("code") else ""
+    title = f"NVLink SHARP multicast memory cannot be bound{error} (fabric manager / NVSwitch)"
+    return [make(_NVLS_BIND.category, title, _NVLS_BIND.fix, DETECTOR, _NVLS_BIND.confidence,
+                 sigs, hosts=_hosts(sigs), env_var="NCCL_NVLS_ENABLE")]
 
 
 # ---------------------------------------------------------------------------------------
@@ -290,6 +360,70 @@ def _version_errors(idx: SignalIndex) -> list[Finding]:
     title = f"version incompatibility: {sigs[0].fields.get('what')}"
     return [make(Category.VERSION_MISMATCH, title, _FIX_CUDA_STACK, DETECTOR, 0.85, sigs,
                  hosts=_hosts(sigs), ranks=_first_rank(sigs))]
+
+
+def _config_skew(idx: SignalIndex) -> list[Finding]:
+    """NCCL rejecting a communicator config attribute. INT_MIN is the value 2.17+ headers
+    give an unset field; only a library older than the headers rejects it."""
+    sigs = idx.of("nccl_config_invalid")
+    if not sigs:
+        return []
+    skewed = [s for s in sigs if s.fields.get("undef")]
+    attr = (skewed or sigs)[0].fields.get("attr")
+    if not skewed:
+        return [make(Category.OTHER, f"NCCL rejects the communicator config's {attr} value",
+                     _FIX_CONFIG_VALUE.format(attr=attr), DETECTOR, 0.5, sigs,
+                     hosts=_hosts(sigs))]
+    loaded = _nccl_versions(idx)
+    named = f" ({', '.join(sorted(set(loaded)))})" if loaded else ""
+    title = (f"libnccl{named} is older than the NCCL headers the program was built with: "
+             f"it rejects the unset {attr} value INT_MIN")
+    versions = [s for s in idx.of("version") if s.fields.get("component") == "nccl"]
+    return [make(Category.VERSION_MISMATCH, title, _FIX_CONFIG_SKEW.format(loaded=named),
+                 DETECTOR, 0.9, skewed + versions, hosts=_hosts(skewed))]
+
+
+def _nccl_versions(idx: SignalIndex) -> list[str]:
+    return [str(s.fields.get("version")) for s in idx.of("version")
+            if s.fields.get("component") == "nccl" and s.fields.get("version")]
+
+
+def _nccl_too_old(idx: SignalIndex) -> list[Finding]:
+    """A visible NCCL older than 2.13 next to a visible torch 2.3 or newer, in a log
+    that fails: that pair cannot run a collective (pytorch/pytorch#130414)."""
+    old = [s for s in idx.of("version") if s.fields.get("component") == "nccl"
+           and (release(s.fields.get("version")) or NCCL_ONE_DEVICE) < NCCL_ONE_DEVICE]
+    new = [s for s in idx.of("version") if s.fields.get("component") == "torch"
+           and (release(s.fields.get("version")) or (0,)) >= TORCH_ONE_DEVICE]
+    if not (old and new and any(idx.has(k) for k in _FAILURE_KINDS + ("nccl_cuda_failure",))):
+        return []
+    nccl, torch = old[0].fields["version"], new[0].fields["version"]
+    return [make(Category.VERSION_MISMATCH, f"NCCL {nccl} is too old for torch {torch}",
+                 _FIX_NCCL_TOO_OLD.format(torch=torch, nccl=nccl), DETECTOR, 0.8, old + new,
+                 hosts=_hosts(old))]
+
+
+_FIX_NCCL_LAUNCH = (
+    "NCCL could not launch its kernel in this process: the libnccl that torch loaded does not "
+    "fit it. Check torch.cuda.nccl.version() against the NCCL torch was built with "
+    "(python -c 'import torch; print(torch.__version__, torch.cuda.nccl.version())'); NCCL "
+    "2.12 and older fail this way under torch >= 2.3, and an NCCL built for another CUDA or GPU "
+    "architecture too. Remove LD_PRELOAD/LD_LIBRARY_PATH entries and extra nvidia-nccl wheels "
+    "that bring another libnccl, or rebuild torch against NCCL >= 2.13.")
+
+
+def _nccl_cannot_launch(idx: SignalIndex) -> list[Finding]:
+    """NCCL's collective launch failing with an error that says the kernel cannot run here
+    (common.nccl_launch_incompatible): the NCCL library does not fit the process. A version
+    the log states settles it (_nccl_too_old); without one this is the sign that is left."""
+    sigs = [s for s in idx.of("nccl_cuda_failure") if nccl_launch_incompatible(s, idx)]
+    if not sigs or _nccl_too_old(idx):
+        return []
+    first = earliest(sigs)
+    title = (f"NCCL cannot launch its collective kernel ('{first.fields.get('error')}' in "
+             f"{first.fields.get('src')}): the loaded NCCL does not fit this torch/CUDA")
+    return [make(Category.VERSION_MISMATCH, title, _FIX_NCCL_LAUNCH, DETECTOR, 0.65, sigs,
+                 hosts=_hosts(sigs))]
 
 
 # =======================================================================================

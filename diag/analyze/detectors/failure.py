@@ -6,7 +6,9 @@ NCCL errors, timeouts). Those are consequences. ``detect`` reads the exceptions 
 ddiag's event logs: the earliest one that is not a communication failure is the root
 cause; only when every exception is a communication failure is the earliest one named.
 ``detect_text`` reads text logs: out of memory, mismatched collective fingerprints,
-NaN/Inf losses, DDP unused parameters, and hardware, driver or unexplained errors.
+NaN/Inf losses, DDP unused parameters, hardware, driver or unexplained errors, tensors on
+a device their process group cannot carry, signals torchrun's agent received, command
+lines the script rejects, and native crashes.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from diag.analyze.detectors.common import (
     index,
     is_consequence,
     make,
+    nccl_launch_incompatible,
     ranks_seen,
 )
 from diag.analyze.inputs import Inputs
@@ -174,7 +177,8 @@ def detect_text(inputs) -> list[Finding]:
     idx = index(inputs)
     findings: list[Finding] = []
     for rule in (_oom, _fingerprints, _size_mismatch, _nan, _unused_parameters, _hardware,
-                 _nccl_cuda, _cuda_errors, _slurm_nodes):
+                 _nccl_cuda, _cuda_errors, _slurm_nodes, _tensor_device, _death_signal,
+                 _launcher_args, _native_crash):
         findings += rule(idx)
     if not findings:
         findings += _unexplained(idx)
@@ -210,6 +214,8 @@ def _sigkilled(idx: SignalIndex) -> list[Signal]:
     if idx.of("slurm_cancelled"):
         return [s for s in idx.of("slurm_task_exit")
                 if "Out Of Memory" in s.fields.get("status", "")]
+    if idx.of("elastic_death_signal"):
+        return []  # the agent was signalled and SIGKILLed its workers after the grace period
     out = [s for s in idx.of("elastic_failure", "elastic_worker_failed")
            if s.fields.get("exitcode") == -9 or s.fields.get("signal") == "SIGKILL"]
     statuses = ("Killed", "Out Of Memory")
@@ -346,8 +352,11 @@ def _hardware(idx: SignalIndex) -> list[Finding]:
 
 
 def _nccl_cuda(idx: SignalIndex) -> list[Finding]:
+    # out of memory is the OOM rule's; a kernel that cannot launch at all, config's
+    # (a version mismatch)
     sigs = [s for s in idx.of("nccl_cuda_failure")
-            if "out of memory" not in s.fields.get("error", "")]
+            if "out of memory" not in s.fields.get("error", "")
+            and not nccl_launch_incompatible(s, idx)]
     if not sigs:
         return []
     first = earliest(sigs)
@@ -379,6 +388,168 @@ def _slurm_nodes(idx: SignalIndex) -> list[Finding]:
            "until it is fixed.")
     return [make(Category.OTHER, "Slurm reports a node failure", fix, DETECTOR, 0.6, sigs,
                  hosts=[s.fields.get("node") for s in sigs])]
+
+
+# ---------------------------------------------------------------------------------------
+# API misuse, signals from outside the job, a command line the script rejects
+
+_BACKEND = implied("tensor_device_backend")
+
+
+def _tensor_device(idx: SignalIndex) -> list[Finding]:
+    sigs = idx.of("tensor_device_backend")
+    if not sigs:
+        return []
+    first = earliest(sigs)
+    device = first.fields.get("device") or "a non-CUDA device"
+    caller = call_site(idx, first)
+    where = f" in {caller}" if caller else ""
+    title = f"a collective got a tensor on {device}, which its process group has no backend " \
+            f"for{where}"
+    return [make(_BACKEND.category, title, _BACKEND.fix, DETECTOR, _BACKEND.confidence, sigs)]
+
+
+def call_site(idx: SignalIndex, sig: Signal) -> str | None:
+    """"func (file:line)" of the innermost frame outside torch of the traceback that ended
+    on ``sig``'s line: the code that made the failing call."""
+    frame = next((f for f in reversed(traceback_of(idx, sig)) if not is_torch_frame(f)), None)
+    return f"{frame['func']} ({frame['file']}:{frame['line']})" if frame else None
+
+
+def traceback_of(idx: SignalIndex, sig: Signal) -> list[dict]:
+    """The frames (outermost first: file, line, func, code) of the exception printed on
+    ``sig``'s line; [] when the log shows no traceback for it."""
+    for exc in idx.of("exception"):
+        if exc.file == sig.file and exc.line == sig.line:
+            return exc.fields.get("stack") or []
+    return []
+
+
+def is_torch_frame(frame: dict) -> bool:
+    return "/torch/" in str(frame.get("file", "")).replace("\\", "/")
+
+
+# choosing the process's GPU at start: torch.cuda.set_device(local_rank), .cuda(rank),
+# f"cuda:{local_rank}", init_process_group(device_id=...), torch.cuda.device(i)
+_DEVICE_SELECTION_FUNCS = frozenset({"set_device", "init_process_group", "_get_device_index"})
+# (a device built from another rank, e.g. f"cuda:{self.tp_rank}", is not: that is code
+# computing the index, wherever it runs)
+_DEVICE_SELECTION_CODE = re.compile(r"set_device|device_id\s*=|torch\.cuda\.device\(|local_rank"
+                                    r"|LOCAL_RANK|\.cuda\(\s*(?:args\.)?gpu\b"
+                                    r"|cuda:\s*\{\s*(?:args\.)?gpu\b")
+
+
+# the caller's function when the failing call is part of starting up
+_STARTUP_FUNC = re.compile(r"<module>|main|__init__|_?(?:setup|init|build|prepare|create)\w*"
+                           r"|\w*device\w*")
+
+
+def selects_device(stack: list[dict]) -> bool:
+    """Whether a traceback runs through the start-up choice of the process's GPU: a
+    device-selection call anywhere, or the user's code that failed is start-up code
+    (``main``, ``setup``, ``__init__`` ...) rather than a step of the running job or an
+    installed library's own computation."""
+    if any(f.get("func") in _DEVICE_SELECTION_FUNCS
+           or _DEVICE_SELECTION_CODE.search(f.get("code") or "") for f in stack):
+        return True
+    caller = next((f for f in reversed(stack) if not is_torch_frame(f)), None)
+    return caller is not None and not _in_library(caller) \
+        and bool(_STARTUP_FUNC.fullmatch(str(caller.get("func"))))
+
+
+def _in_library(frame: dict) -> bool:
+    return any(p in str(frame.get("file", "")) for p in ("site-packages", "dist-packages"))
+
+
+_SIGNAL_FINDINGS = {
+    # signal -> (category, confidence, severity, why, fix)
+    "SIGHUP": (Category.ENV_MISCONFIG, 0.85, Severity.ERROR,
+               "its terminal or SSH session closed (the launch was not detached from it)",
+               "Detach the launcher from the terminal: run it in tmux/screen, or "
+               "`setsid nohup torchrun ... > train.log 2>&1 &` (or `nohup ... & disown`), or "
+               "submit it through the scheduler. nohup alone does not protect the whole "
+               "process tree."),
+    "SIGTERM": (Category.OTHER, 0.5, Severity.ERROR,
+                "something outside the job terminated it (scheduler, preemption, the host's "
+                "OOM handling, an operator)",
+                "Find the sender: the scheduler's log (time limit, preemption, scancel), "
+                "`dmesg` for the OOM killer, Kubernetes events (eviction); then raise the "
+                "limit or resubmit."),
+    "SIGINT": (Category.OTHER, 0.4, Severity.WARN, "it was interrupted (Ctrl-C)",
+               "The run was interrupted by hand; nothing in the job failed."),
+    "SIGQUIT": (Category.OTHER, 0.4, Severity.WARN, "it received SIGQUIT",
+                "The run was stopped from outside; nothing in the job failed."),
+}
+
+
+def _death_signal(idx: SignalIndex) -> list[Finding]:
+    """torchrun's agent was signalled and took its workers down: the cause is whoever sent
+    the signal; the workers' errors that follow are its victims."""
+    sigs = idx.of("elastic_death_signal")
+    if not sigs:
+        return []
+    name = earliest(sigs).fields.get("signal")
+    if name not in _SIGNAL_FINDINGS or (name == "SIGTERM" and idx.has("slurm_cancelled")):
+        return []  # a Slurm cancellation names its own reason (slurm rules)
+    category, confidence, severity, why, fix = _SIGNAL_FINDINGS[name]
+    title = f"the launcher (torchrun agent) received {name} and shut down all workers: {why}"
+    return [make(category, title, fix, DETECTOR, confidence, sigs + idx.of("elastic_closing"),
+                 severity=severity)]
+
+
+def _launcher_args(idx: SignalIndex) -> list[Finding]:
+    """argparse rejected the command line the launcher built."""
+    sigs = idx.of("argparse_error")
+    if not sigs:
+        return []
+    args = [a for s in sigs for a in s.fields.get("args") or []]
+    if any(a.startswith("--local-rank") for a in args):
+        return [make(Category.VERSION_MISMATCH, _LOCAL_RANK_DASH, _FIX_LOCAL_RANK_DASH, DETECTOR,
+                     0.85, sigs)]
+    if any(a.startswith("--local_rank") for a in args):
+        return [make(Category.ENV_MISCONFIG, "the launcher passes --local_rank, which the script "
+                     "does not declare", _FIX_LOCAL_RANK, DETECTOR, 0.6, sigs)]
+    title = f"the script rejects its command line: {sigs[0].fields.get('message', '')[:120]}"
+    return [make(Category.ENV_MISCONFIG, title, "Fix the launch command or the script's "
+                 "arguments (every worker exits with code 2 before any training).", DETECTOR,
+                 0.45, sigs)]
+
+
+# faulthandler's names of the signals that mean the process itself crashed; "Aborted" is
+# left out: torch's watchdog aborts a rank whose collective failed elsewhere
+_CRASHES = ("Segmentation fault", "Bus error", "Illegal instruction", "Floating-point exception")
+
+
+def _native_crash(idx: SignalIndex) -> list[Finding]:
+    """A rank died on a fatal signal in native code (faulthandler's "Fatal Python error:
+    Segmentation fault" and the crashing thread's stack)."""
+    sigs = [s for s in idx.of("fatal_python_error")
+            if s.fields.get("message", "").startswith(_CRASHES)]
+    if not sigs:
+        return []
+    first = earliest(sigs)
+    stack = next((t for t in idx.of("thread_stack") if t.file == first.file
+                  and t.line > first.line and t.fields.get("current")), None)
+    frames = stack.fields["frames"] if stack else []
+    where = f" in {frames[0]['func']} ({frames[0]['file']}:{frames[0]['line']})" if frames else ""
+    who = fmt_ranks([first.rank]) if first.rank is not None else "a rank"
+    title = f"{who} crashed: {first.fields['message']}{where}"
+    fix = ("A crash in native code (a C++/CUDA extension, a custom kernel, a library ABI "
+           "mismatch): rerun that rank under gdb or with TORCH_SHOW_CPP_STACKTRACES=1, check "
+           "that compiled extensions match the installed torch/CUDA.")
+    return [make(Category.OTHER, title, fix, DETECTOR, 0.6, sigs + ([stack] if stack else []),
+                 ranks=_culprit(first))]
+
+
+_LOCAL_RANK_DASH = ("the launcher passes --local-rank=N (torch >= 2.0) but the script parses "
+                    "only --local_rank (written for torch 1.x)")
+_FIX_LOCAL_RANK_DASH = (
+    "torch >= 2.0's torch.distributed.launch passes the dashed --local-rank. Launch with "
+    "torchrun and read os.environ['LOCAL_RANK'], or declare both spellings: "
+    "parser.add_argument('--local-rank', '--local_rank', type=int).")
+_FIX_LOCAL_RANK = (
+    "Declare --local_rank in the script (or read os.environ['LOCAL_RANK']), or launch with "
+    "torchrun / --use-env so no argument is passed.")
 
 
 # ---------------------------------------------------------------------------------------

@@ -11,12 +11,14 @@ process-group timeout).
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 
 from diag.analyze.detectors.common import (SignalIndex, blocking_frame, closed_ranks,
                                            comm_wait_frame, earliest, exception_ranks, fmt_ranks,
-                                           index, make, own_failures, stack_evidence, world_size)
+                                           index, make, own_failures, ranks_seen,
+                                           stack_evidence, world_size)
 from diag.analyze.inputs import Inputs
 from diag.analyze.progress import PENDING, CollOp, group_members, groups_of, heartbeats
 from diag.analyze.signals import Signal
@@ -249,8 +251,15 @@ _CONTROL_FRAMES = frozenset({"barrier", "monitored_barrier", "broadcast_object_l
                              "new_group", "_store_based_barrier"})
 _TRAINING_WORDS = ("epoch", "train", "fit", "iteration", "step", "batch")
 _TIMEOUT_WORDS = ("timed out", "Timed out", "Timeout", "Watchdog", "watchdog", "gloo/transport")
-_NAMING_KINDS = ("monitored_barrier_failed", "desync_report", "fr_missing_ranks", "blamed_rank")
+_NAMING_KINDS = ("monitored_barrier_failed", "desync_report", "fr_missing_ranks", "blamed_rank",
+                 "watchdog_status", "nccl_ras")
 SHORT_TIMEOUT_MS = 120_000  # torch's defaults are 10 and 30 min; a 2-min one is a choice
+# torch's default process-group timeouts: 10 min for NCCL since 2.2, 30 min before and for
+# the other backends (torch/distributed/constants.py); HF and accelerate default to 30 min
+DEFAULT_TIMEOUTS_MS = (600_000, 1_800_000)
+EARLY_SEQ = 5  # the first few collectives of a group: setup syncs, before any training step
+# hardware_error kinds that mean the GPU itself is gone or broken
+_BROKEN_GPU = frozenset({"fell_off_bus", "gpu_lost", "ecc"})
 
 
 @dataclass(frozen=True)
@@ -284,7 +293,7 @@ def detect_text(inputs) -> list[Finding]:
     if not waits and not idx.has(*_NAMING_KINDS):
         return []
     verdict = judge(idx, waits)
-    return [_root_finding(verdict, waits), _symptom_finding(verdict, waits)]
+    return [_root_finding(verdict, waits)] + ([_symptom_finding(verdict, waits)] if waits else [])
 
 
 # ---------------------------------------------------------------------------------------
@@ -335,8 +344,9 @@ def _elastic_victims(idx: SignalIndex) -> list[Wait]:
 def judge(idx: SignalIndex, waits: list[Wait]) -> Verdict:
     victims = {w.rank for w in waits if w.rank is not None}
     world = world_size(idx)
-    for rule in (_failed_first, _monitored_barrier, _desync_report, _disagreement, _enqueue_gap,
-                 _lone_after_end, _absent_ranks, _lone_waiter):
+    for rule in (_failed_first, _broken_gpu, _ras_report, _monitored_barrier, _desync_report,
+                 _disagreement, _enqueue_gap, _lone_after_end, _absent_ranks, _lone_waiter,
+                 _early_small_sync):
         verdict = rule(idx, waits, victims, world)
         if verdict:
             return verdict
@@ -351,6 +361,109 @@ def _failed_first(idx, waits, victims, world) -> Verdict | None:
         return None
     reason = f"rank {first.rank} failed first ({first.kind}); the others timed out waiting for it"
     return Verdict(Category.RANK_HANG, (first.rank,), 0.6, reason, [first], root_cause=False)
+
+
+def _broken_gpu(idx, waits, victims, world) -> Verdict | None:
+    """A GPU that fell off the bus, lost by NVML, or an Xid on a host: the rank on it stopped
+    and the others timed out waiting. The hardware is the cause (the failures detector
+    reports it); which rank was on that GPU the log seldom says, so none is named."""
+    broken = idx.of("xid") + [s for s in idx.of("hardware_error")
+                              if s.fields.get("what") in _BROKEN_GPU]
+    if not broken:
+        return None
+    silent = tuple(sorted(set(range(world)) - victims)) if world and victims else ()
+    note = f"; {fmt_ranks(silent)} went silent" if 0 < len(silent) <= len(victims) else ""
+    where = f" on {broken[0].host}" if broken[0].host else ""
+    reason = (f"a GPU failed{where} ({broken[0].text.strip()[:100]}){note}: the timeouts "
+              "follow from it")
+    return Verdict(Category.RANK_HANG, (), 0.5, reason, broken[:2], root_cause=False)
+
+
+def _ras_report(idx, waits, victims, world) -> Verdict | None:
+    """NCCL's RAS report compares the ranks' own counters: a rank that launched fewer
+    operations of a collective than the rest never issued the one they wait in; one that
+    launched more issued an extra one; one missing from the report, or in another state
+    (NOCOMM, INIT, ABORT), stopped."""
+    report = ras_outliers(idx.of("nccl_ras"))
+    if report is None:
+        return None
+    if report.behind:
+        return _classified(idx, waits, victims, tuple(sorted(report.behind)), 0.8,
+                           f"NCCL's RAS report: {report.describe(report.behind)}", report.sigs,
+                           named=True)
+    if report.ahead:
+        return Verdict(Category.COLLECTIVE_MISMATCH, tuple(sorted(report.ahead)), 0.75,
+                       f"NCCL's RAS report: {report.describe(report.ahead)}", report.sigs)
+    stopped = {**report.status, **{r: "missing from the report" for r in report.missing}}
+    if not stopped:
+        return None
+    what = ", ".join(f"rank {r}: {s}" for r, s in sorted(stopped.items())[:8])
+    return _classified(idx, waits, victims, tuple(sorted(stopped)), 0.7,
+                       f"NCCL's RAS report singles out {what}", report.sigs, named=True)
+
+
+@dataclass
+class RasReport:
+    """What the ranks of NCCL's RAS report disagree on. Counts are per collective kind."""
+
+    behind: dict = field(default_factory=dict)  # rank -> (op, its count, the others')
+    ahead: dict = field(default_factory=dict)
+    status: dict = field(default_factory=dict)  # rank -> its state, when not the others'
+    missing: set = field(default_factory=set)
+    sigs: list = field(default_factory=list)
+
+    def describe(self, ranks: dict) -> str:
+        return "; ".join(f"rank {r} launched {n} {op} operations, the others {top}"
+                         for r, (op, n, top) in sorted(ranks.items())[:6])
+
+
+def ras_outliers(sigs: list[Signal]) -> RasReport | None:
+    """Read the report's lines in order: a rank line means what the section and the
+    "N ranks have ..." line above it say (the majority is listed as a count, the outliers
+    rank by rank)."""
+    if not sigs:
+        return None
+    report, section, blocks = RasReport(), None, []
+    for s in sigs:
+        f, what = s.fields, s.fields.get("what")
+        if what == "section":
+            section = f.get("state")
+            blocks.append(None)  # a new communicator: no block until it says what differs
+        elif what == "differ":
+            blocks.append({"op": f.get("op") or "status", "groups": [], "ranks": {},
+                           "value": None})
+        block = blocks[-1] if blocks else None
+        if what == "group" and block is not None:
+            block["value"] = f.get("status") or f.get("count") or 0
+            block["groups"].append((f.get("n") or 0, block["value"]))
+        elif what == "rank" and s.rank is not None and section == "INCOMPLETE":
+            report.missing.add(s.rank)
+        elif what == "rank" and s.rank is not None and block is not None:
+            own = f.get("status") or f.get("count") or (0 if f.get("none") else None)
+            block["ranks"][s.rank] = block["value"] if own is None else own
+        else:
+            continue
+        report.sigs.append(s)
+    for block in filter(None, blocks):
+        _ras_block(report, block)
+    return report
+
+
+def _ras_block(report: RasReport, block: dict) -> None:
+    ranks = block["ranks"]
+    if block["groups"]:
+        top = max(block["groups"], key=lambda g: g[0])[1]
+    elif ranks:
+        top = Counter(ranks.values()).most_common(1)[0][0]
+    else:
+        return
+    for rank, value in ranks.items():
+        if value == top:
+            continue
+        if block["op"] == "status":
+            report.status[rank] = value
+        elif isinstance(value, int) and isinstance(top, int):
+            (report.behind if value < top else report.ahead)[rank] = (block["op"], value, top)
 
 
 def _monitored_barrier(idx, waits, victims, world) -> Verdict | None:
@@ -393,7 +506,37 @@ def _enqueue_gap(idx, waits, victims, world) -> Verdict | None:
         if s.rank is not None and enq is not None and (s.rank not in last
                                                        or enq > last[s.rank].seq):
             last[s.rank] = Wait(s.rank, enq, None, None, None, s.fields.get("pg"), s)
-    return _odd_ones_out(last, "seq", None) if len(last) >= 2 else None
+    if len(last) < 2:
+        return None
+    verdict = _odd_ones_out(last, "seq", None) or _behind_the_timed_out(last)
+    if verdict:
+        verdict.reason = verdict.reason.replace("timed out on a different sequence number than",
+                                                "last enqueued an earlier collective than")
+    return verdict
+
+
+# torch's dump signal: "... due to a collective timeout from this local rank" / "from rank 3"
+_DUMP_FROM = re.compile(r"collective timeout from\s+(?:rank\s+(?P<rank>\d+)|this local rank)")
+
+
+def _behind_the_timed_out(last: dict[int, Wait]) -> Verdict | None:
+    """No majority (two ranks, or an even split), but torch's dump lines name the rank
+    whose watchdog fired first: it enqueued the collective and waited, so it is a victim;
+    the ranks that enqueued less than it never issued that collective."""
+    timed_out = set()
+    for rank, w in last.items():
+        m = _DUMP_FROM.search(w.sig.text)
+        if m:
+            timed_out.add(int(m.group("rank")) if m.group("rank") else rank)
+    timed_out &= set(last)
+    low = min(w.seq for w in last.values())
+    behind = sorted(r for r, w in last.items() if w.seq == low)
+    if not timed_out or timed_out & set(behind) or len(behind) == len(last):
+        return None
+    reason = (f"{fmt_ranks(behind)} last enqueued collective #{low}, behind "
+              f"{fmt_ranks(timed_out)} whose watchdog fired")
+    return Verdict(Category.RANK_HANG, tuple(behind), 0.65, reason,
+                   [last[r].sig for r in [*behind, *sorted(timed_out)]])
 
 
 def _first_wait_per_rank(waits: list[Wait]) -> dict[int, Wait]:
@@ -430,6 +573,8 @@ def _odd_ones_out(first: dict[int, Wait], attr: str, category: Category | None) 
 def _absent_ranks(idx, waits, victims, world) -> Verdict | None:
     if not world or not victims:
         return None
+    if len(victims) == 1 and not idx.has("world_size", "nccl_init", "elastic_failure"):
+        return None  # one rank's paste: its number alone says nothing of the others
     absent = set(range(world)) - victims
     if not absent or len(absent) > len(victims):
         return None
@@ -450,12 +595,43 @@ def _lone_waiter(idx, waits, victims, world) -> Verdict | None:
     rank = next(iter(victims))
     ends = idx.of("training_end")
     barrier = _control_collective(idx, waits)
-    if not (ends or barrier):
+    # "alone" needs positive evidence: the loop's end, or other ranks' lines in the log
+    # (they were there and did not wait); one rank's paste says nothing about the others
+    if not (ends or (barrier and ranks_seen(idx) - victims)):
         return None
     confidence = 0.75 if ends and barrier else 0.55
     why = "waits alone in a barrier-like collective" + (" after training finished" if ends else "")
     return Verdict(Category.COLLECTIVE_MISMATCH, (rank,), confidence, f"rank {rank} {why}",
                    ends[:2])
+
+
+def _early_small_sync(idx, waits, victims, world) -> Verdict | None:
+    """Every rank that timed out did so in one of the group's first collectives, a flag or
+    size sync (a barrier, a few elements), after torch's default timeout, and nothing says
+    a rank died or diverged: the ranks were busy with work of their own (generation,
+    preprocessing, a download) for longer than the default, which is too short for it."""
+    sync = _early_default_sync(waits, world)
+    if sync is None or (len(victims) > 1 and world and victims >= set(range(world))):
+        return None  # every rank waits in it: none was off doing work of its own
+    busy = _busy_progress(idx, victims) or idx.of("activity")[-2:]
+    reason = (f"{fmt_ranks(victims) if victims else 'the ranks'} timed out in {sync}, with "
+              "no rank reported failing or running another collective")
+    return Verdict(Category.TIMEOUT_TOO_SHORT, (), 0.75 if busy else 0.55, reason, busy[-3:])
+
+
+def _early_default_sync(waits: list[Wait], world: int | None) -> str | None:
+    """'<op> #<seq> ...' when the timed-out collectives are all one early, small sync that
+    hit a default timeout; None otherwise."""
+    timed = [w for w in waits if w.seq is not None and w.sig.kind == "watchdog_timeout"]
+    if not timed or len({(w.seq, w.op, w.pg) for w in timed}) != 1:
+        return None
+    w = timed[0]
+    small = (w.numel is not None and w.numel <= max(world or 0, 1)) or \
+        (w.op or "").upper().lstrip("_") == "BARRIER"
+    if w.seq > EARLY_SEQ or not small or w.timeout_ms not in DEFAULT_TIMEOUTS_MS:
+        return None
+    return (f"{w.op} #{w.seq} of its group ({w.numel} element(s)), a sync right after startup, "
+            f"at torch's default timeout of {w.timeout_ms // 60_000} min")
 
 
 # ---------------------------------------------------------------------------------------
@@ -480,6 +656,10 @@ def _classified(idx, waits, victims, culprits, confidence, reason, sigs,
         seconds = short[0].timeout_ms // 1000
         return Verdict(Category.TIMEOUT_TOO_SHORT, culprits, 0.5,
                        f"{reason}; the process-group timeout is only {seconds} s", sigs)
+    sync = None if named else _early_default_sync(waits, world_size(idx))
+    if sync:
+        return Verdict(Category.TIMEOUT_TOO_SHORT, culprits, 0.55,
+                       f"{reason}; it is {sync}: busy with startup work of its own", sigs)
     if not named and _control_collective(idx, waits):
         why = "the collective is a barrier or flag sync, which a rank-conditional path adds"
         return Verdict(Category.COLLECTIVE_MISMATCH, culprits, min(confidence, 0.6),

@@ -5,14 +5,20 @@ a different program path (collective_mismatch: a rank-only barrier, a skipped
 all_reduce); the same op with a different size or dtype is a shape_mismatch. The
 culprit is the minority; with a tie (two ranks) it is the rank whose sequence realigns
 with the others once its extra collective is skipped, or whose size is new to the run.
+``detect_text`` does the same over NCCL's per-collective trace lines in text logs, opCount
+by opCount of each communicator.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+import re
+from collections import Counter, defaultdict
 from operator import attrgetter
+from typing import NamedTuple
 
+from diag.analyze.detectors.common import fmt_ranks, index, make
 from diag.analyze.inputs import Inputs
+from diag.analyze.signals import Signal
 from diag.analyze.collops import SIZE_RULED_OPS
 from diag.analyze.progress import CollOp, groups_of
 from diag.verdict import Category, Culprit, Finding, Severity
@@ -173,3 +179,303 @@ def _breaks_size_rule(row: CollOp) -> bool:
     if row.op in SCATTER_OPS:
         return row.in_numel != row.out_numel * row.group_size
     return False
+
+
+# =======================================================================================
+# From text logs: NCCL's per-collective trace (catalog/nccl_coll.py)
+#
+# Each rank prints one line per collective with the communicator's opCount. The same
+# opCount of one communicator is the same collective slot on every rank, so the first
+# opCount where the ranks' ops (or sizes) differ is where their programs diverged.
+
+TEXT_DETECTOR = "logs_mismatch"
+_P2P_OPS = frozenset({"Send", "Recv"})  # a pair's two sides differ by design
+_REDUCING_OPS = frozenset({"AllReduce", "Reduce", "ReduceScatter"})
+_ROOTED_OPS = frozenset({"Broadcast", "Reduce", "Gather", "Scatter"})
+_BUILTIN_REDOPS = 5  # ncclRedOp_t: sum, prod, max, min, avg; above are per-comm handles
+# ncclDataType_t (src/nccl.h.in)
+_DTYPES = ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64",
+           "bfloat16", "fp8e4m3", "fp8e5m2")
+_FAILING_KINDS = ("watchdog_timeout", "watchdog_status", "exception", "gloo_error", "nccl_error",
+                  "store_wait_timeout", "nccl_warn")
+
+
+class TraceRow(NamedTuple):
+    """One traced collective of one process, placed in its communicator (a tuple: a long
+    trace makes many)."""
+
+    proc: tuple  # (host, pid): the process that printed it
+    comm: tuple  # the communicator, the same key on every rank of it
+    opcount: int
+    key: tuple  # what every rank must agree on at this opCount
+    cut: bool  # the paste cut the line short: only its op, count and datatype are known
+    sig: Signal
+
+
+def detect_text(inputs) -> list[Finding]:
+    idx = index(inputs)
+    sigs = idx.of("nccl_coll")
+    if not sigs:
+        return []
+    rows = trace_rows(sigs, idx.of("nccl_comm"))
+    ranks = trace_ranks(sigs, idx.of("nccl_comm"))
+    comms = _by_comm(rows)
+    found = [f for comm, procs in comms.items() for f in _trace_divergence(comm, procs, ranks)]
+    if found or not idx.has(*_FAILING_KINDS):
+        return found[:1]
+    return [f for comm, procs in comms.items() for f in _trace_laggard(procs, ranks)][:1]
+
+
+def trace_rows(sigs: list[Signal], comm_sigs: list[Signal]) -> list[TraceRow]:
+    """The traced collectives, each keyed to its communicator: NCCL's commId when the init
+    lines give it for every communicator, else (nranks, the order in which the process
+    first used a communicator of that size), since every rank creates its communicators
+    in the same order."""
+    pairs: dict[tuple, int] = {}  # (proc, comm pointer) -> nranks, in first-use order
+    for s in sigs:
+        f = s.fields
+        if f.get("nranks") is not None:
+            pairs.setdefault(((s.host, f.get("pid")), f["comm"]), f["nranks"])
+    keys = _comm_keys(pairs, comm_sigs)
+    rows = []
+    for s in sigs:
+        f = s.fields
+        proc = (s.host, f.get("pid"))
+        cut = f.get("nranks") is None
+        comm = _cut_comm(proc, keys) if cut else keys[(proc, f["comm"])]
+        if comm is not None:
+            rows.append(TraceRow(proc, comm, f["opcount"], _row_key(f), cut, s))
+    return rows
+
+
+def _comm_keys(pairs: dict[tuple, int], comm_sigs: list[Signal]) -> dict[tuple, tuple]:
+    ids = {((s.host, s.fields.get("pid")), s.fields.get("comm")): s.fields.get("commid")
+           for s in comm_sigs}
+    if pairs and all(ids.get(pair) for pair in pairs):
+        return {pair: ("id", ids[pair]) for pair in pairs}
+    order: dict[tuple, list] = defaultdict(list)  # (proc, nranks) -> comm pointers in order
+    for (proc, comm), nranks in pairs.items():
+        order[(proc, nranks)].append(comm)
+    return {(proc, comm): ("n", nranks, order[(proc, nranks)].index(comm))
+            for (proc, comm), nranks in pairs.items()}
+
+
+def _proc(sig: Signal) -> tuple:
+    return (sig.host, sig.fields.get("pid"))
+
+
+def _cut_comm(proc: tuple, keys: dict) -> tuple | None:
+    """A line cut before its comm field belongs to its process's only communicator, or
+    to the job's only one."""
+    mine = {k for (p, _), k in keys.items() if p == proc}
+    if len(mine) == 1:
+        return mine.pop()
+    every = set(keys.values())
+    return every.pop() if not mine and len(every) == 1 else None
+
+
+def _row_key(f: dict) -> tuple:
+    op = f["op"]
+    if op in _P2P_OPS:
+        return ("p2p",)
+    count = None if op.endswith("V") else f["count"]  # the V variants' counts are per rank
+    redop = f.get("redop") if op in _REDUCING_OPS and (f.get("redop") or 0) < _BUILTIN_REDOPS \
+        else None
+    return (op, count, f["dtype"], redop, f.get("root") if op in _ROOTED_OPS else None)
+
+
+def _by_comm(rows: list[TraceRow]) -> dict[tuple, dict[tuple, dict[int, list[TraceRow]]]]:
+    """comm -> process -> opCount -> its rows, in line order."""
+    out: dict = {}
+    for row in rows:  # in line order already
+        out.setdefault(row.comm, {}).setdefault(row.proc, {}).setdefault(row.opcount,
+                                                                          []).append(row)
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Which rank printed a trace line
+
+
+def trace_ranks(sigs: list[Signal], comm_sigs: list[Signal]) -> dict[tuple, int]:
+    """(host, pid) -> rank, from the best evidence each process has: torch's or a
+    launcher's rank prefix (or the pid of a world init line), the rank its communicator's
+    init line gives, RCCL's globalrank, a per-rank file name the lines were quoted from,
+    and last the CUDA device, only on one host where every process has its own."""
+    largest: dict[tuple, tuple] = {}  # the largest communicator's rank is the global one
+    for s in comm_sigs:
+        proc = _proc(s)
+        if s.fields["nranks"] > largest.get(proc, (0, None))[0]:
+            largest[proc] = (s.fields["nranks"], s.fields["comm_rank"])
+    ranks = {proc: rank for proc, (_, rank) in largest.items()}
+    first: dict[tuple, Signal] = {}  # the first line of each process
+    for s in sigs:
+        proc = (s.host, s.fields.get("pid"))
+        first.setdefault(proc, s)
+        if s.rank is not None:
+            ranks[proc] = s.rank
+        elif s.fields.get("comm_rank") is not None:
+            ranks.setdefault(proc, s.fields["comm_rank"])
+    for guess in (_quoted_numbers, _distinct_devices):
+        found = guess([s for proc, s in first.items() if proc not in ranks])
+        if found:
+            ranks.update(found)
+            break
+    return ranks
+
+
+def _quoted_numbers(sigs: list[Signal]) -> dict[tuple, int]:
+    """Lines quoted from per-rank files ("rank3.log:", "LOG1.3.txt:", "out.3:"): the one
+    number that varies between the file names, when each process has its own file."""
+    names = {}
+    for s in sigs:
+        names.setdefault(_proc(s), s.fields.get("quoted_from"))
+    if len(names) < 2 or None in names.values() or len(set(names.values())) < len(names):
+        return {}
+    parts = {proc: re.split(r"(\d+)", name) for proc, name in names.items()}
+    shapes = {tuple(p[0::2]) for p in parts.values()}
+    if len(shapes) != 1:
+        return {}
+    numbers = list(zip(*(p[1::2] for p in parts.values())))
+    varying = [i for i, column in enumerate(numbers) if len(set(column)) > 1]
+    if len(varying) != 1:
+        return {}
+    return {proc: int(p[1::2][varying[0]]) for proc, p in parts.items()}
+
+
+def _distinct_devices(sigs: list[Signal]) -> dict[tuple, int]:
+    """[dev] is the CUDA device, not the rank; on one host with one device per process it
+    is the local rank, which there is the rank."""
+    devs = {}
+    for s in sigs:
+        devs.setdefault(_proc(s), s.fields.get("dev"))
+    hosts = {proc[0] for proc in devs}
+    if len(hosts) != 1 or None in devs.values() or len(set(devs.values())) < len(devs):
+        return {}
+    return dict(devs)
+
+
+# ---------------------------------------------------------------------------------------
+# Where the ranks' traces part
+
+
+def _trace_divergence(comm: tuple, procs: dict, ranks: dict[tuple, int]) -> list[Finding]:
+    if len(procs) < 2:
+        return []
+    common = sorted(set.intersection(*(set(ops) for ops in procs.values())))
+    for n, opcount in enumerate(common):
+        keys = _slot_keys(procs, opcount)
+        if len(set(keys.values())) > 1:
+            later = [_slot_agree(procs, c) for c in common[n + 1:]]
+            return [_divergence_finding(comm, opcount, procs, keys, ranks, later)]
+    return []
+
+
+def _slot_keys(procs: dict, opcount: int) -> dict[tuple, tuple]:
+    """Each process's collectives at one opCount (several when a group shares it), on the
+    fields every line of the slot shows."""
+    cut = any(r.cut for ops in procs.values() for r in ops[opcount])
+    return {proc: _slot_key(ops[opcount], cut) for proc, ops in procs.items()}
+
+
+def _slot_key(rows: list[TraceRow], cut: bool) -> tuple:
+    keys = [r.key[:3] if cut else r.key for r in rows if r.key != ("p2p",)]
+    return tuple(keys) + ((("p2p",),) if len(keys) < len(rows) else ())
+
+
+def _slot_agree(procs: dict, opcount: int) -> bool:
+    return len(set(_slot_keys(procs, opcount).values())) == 1
+
+
+def _odd_procs(keys: dict[tuple, tuple], ranks: dict[tuple, int]) -> tuple[list, bool]:
+    """The processes whose slot differs from the majority's; on a tie, from the lowest
+    rank's (the reference a reader compares against). (odd ones, by a majority?)"""
+    counts = Counter(keys.values())
+    (top, n), *rest = counts.most_common()
+    if rest and rest[0][1] == n:
+        reference = min(keys, key=lambda p: (ranks.get(p, 1 << 30), str(p)))
+        top = keys[reference]
+    return [p for p, k in keys.items() if k != top], not (rest and rest[0][1] == n)
+
+
+def _divergence_finding(comm, opcount, procs, keys, ranks, later: list[bool]) -> Finding:
+    odd, majority = _odd_procs(keys, ranks)
+    ops = {k[0] for key in keys.values() for k in key}
+    dtypes = {k[2] for key in keys.values() for k in key if len(k) > 2}
+    sizes_only = len(ops) == 1 and len(dtypes) <= 1 and (not later or any(later))
+    category = Category.SHAPE_MISMATCH if sizes_only else Category.COLLECTIVE_MISMATCH
+    culprits = sorted(ranks[p] for p in odd if p in ranks)
+    sides = _describe_sides(keys, ranks)
+    nranks = next(iter(procs.values()))[opcount][0].sig.fields.get("nranks")
+    what = "the same collective with different sizes" if sizes_only else "different collectives"
+    title = (f"ranks issued {what} at NCCL opCount {opcount:x} of {_comm_name(comm, nranks)}: "
+             f"{sides}")
+    fix = (_TRACE_FIX_SIZES if sizes_only else _TRACE_FIX_ORDER).format(
+        who=fmt_ranks(culprits) if culprits else "the odd rank")
+    evidence = [row.sig for p in [*odd, *[p for p in keys if p not in odd][:3]]
+                for row in procs[p][opcount][:2]]
+    return make(category, title, fix, TEXT_DETECTOR, 0.85 if majority else 0.6, evidence,
+                ranks=culprits, hosts=[p[0] for p in odd], severity=Severity.CRITICAL,
+                details={"opcount": opcount, "comm": list(comm), "majority": majority})
+
+
+def _comm_name(comm: tuple, nranks: int | None) -> str:
+    size = f"a communicator of {nranks} ranks" if nranks else "a communicator"
+    return f"{size} (commId {comm[1]})" if comm[0] == "id" else size
+
+
+def _describe_sides(keys: dict[tuple, tuple], ranks: dict[tuple, int]) -> str:
+    groups: dict[tuple, list] = defaultdict(list)
+    for proc, key in keys.items():
+        groups[key].append(ranks.get(proc, f"pid {proc[1]}"))
+    parts = []
+    for key, who in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        named = fmt_ranks(who) if all(isinstance(w, int) for w in who) else ", ".join(map(str, who))
+        parts.append(f"{named}: {' + '.join(_describe_op(k) for k in key) or 'nothing'}")
+    return "; ".join(parts)
+
+
+def _describe_op(key: tuple) -> str:
+    if key == ("p2p",):
+        return "Send/Recv"
+    op, count, dtype, *rest = key
+    root = rest[1] if len(rest) > 1 else None
+    name = _DTYPES[dtype] if 0 <= dtype < len(_DTYPES) else f"datatype {dtype}"
+    shown = f"{count} x {name}" if count is not None else name
+    return f"{op}({shown}{f', root {root}' if root is not None else ''})"
+
+
+def _trace_laggard(procs: dict, ranks: dict[tuple, int]) -> list[Finding]:
+    """A failing job whose ranks stopped at one opCount but for a few that stopped
+    earlier: those never issued the collective the others wait in."""
+    if len(procs) < 3:
+        return []
+    last = {proc: max(ops) for proc, ops in procs.items()}
+    top = max(last.values())
+    behind = [p for p, n in last.items() if n < top]
+    if not behind or len(behind) * 2 >= len(procs):
+        return []
+    culprits = sorted(ranks[p] for p in behind if p in ranks)
+    waiting = sorted(ranks[p] for p in last if p not in behind and p in ranks)
+    others = fmt_ranks(waiting) if waiting else "the others"
+    title = (f"{fmt_ranks(culprits) if culprits else 'some ranks'} stopped at NCCL opCount "
+             f"{min(last[p] for p in behind):x} while {others} went on to {top:x}")
+    sigs = [procs[p][last[p]][-1].sig for p in [*behind, *[p for p in last if p not in behind][:3]]]
+    return [make(Category.RANK_HANG, title, _TRACE_FIX_HANG.format(
+        who=fmt_ranks(culprits) if culprits else "the rank behind"), TEXT_DETECTOR, 0.6, sigs,
+        ranks=culprits, hosts=[p[0] for p in behind])]
+
+
+_TRACE_FIX_ORDER = (
+    "Make every rank issue the same collectives in the same order: {who} issued another "
+    "collective (or another tensor) at this slot. Look for rank- or data-dependent branches "
+    "around collectives, and for an order that differs between processes (buckets or "
+    "parameters grouped by an unordered key); TORCH_DISTRIBUTED_DEBUG=DETAIL names the "
+    "first mismatching call.")
+_TRACE_FIX_SIZES = (
+    "{who} passed a tensor of another size to the same collective: make the shapes agree "
+    "(pad variable-length data, or exchange sizes first).")
+_TRACE_FIX_HANG = (
+    "{who} stopped issuing collectives while the others went on: look at its stack "
+    "(py-spy dump --pid PID) for what it waits on (a DataLoader worker, I/O, a "
+    "rank-conditional path).")

@@ -10,6 +10,7 @@ non-finite (their forward produced it), else those whose gradients were.
 
 from __future__ import annotations
 
+from diag.analyze.detectors.common import SignalIndex, index, make
 from diag.analyze.inputs import Inputs
 from diag.verdict import Category, Culprit, Evidence, Finding, Severity
 
@@ -72,3 +73,108 @@ def _hits(rank: int, log) -> list[dict]:
                                              f"loss={rec.get('loss')} nonfinite={nonfinite or None} "
                                              f"sent_nonfinite={sent}")})
     return out
+
+
+# =======================================================================================
+# From text logs: what training frameworks count for themselves (signals parsed by
+# diag/analyze/catalog/frameworks.py). Explicit NaN/Inf wording (nan_loss) is
+# detectors/failure.py's; these are the counters and loss-scale series around it.
+
+DETECTOR = "logs_nan"
+# fp16's dynamic loss scale halves at every overflow. Overflows while it calibrates, or now
+# and then later, are normal training; an overflow at a scale of 1 or less means the
+# gradients overflow unscaled: they are inf/NaN themselves.
+FLOOR_SCALE = 1.0
+STUCK_RUN = 10  # overflows in a row at an unchanging scale: the scaler sits at its minimum
+_FIX_SCALE = (
+    "The fp16 gradients are not finite even unscaled: find the first bad step (a data "
+    "sample, a learning-rate spike), lower the learning rate or warm it up longer, clip "
+    "gradients, or train in bf16. Raising the initial loss scale does not help once the scale "
+    "has fallen to 1.")
+_FIX_ITERS = (
+    "Megatron counted iterations with a NaN/Inf loss: rerun with --check-for-nan-in-loss-and-grad "
+    "to name the rank and iteration, check that iteration's data, lower the learning rate or "
+    "clip gradients (--clip-grad), and prefer bf16 over fp16.")
+
+
+def detect_text(inputs) -> list[Finding]:
+    idx = index(inputs)
+    if idx.has("nan_loss"):
+        return []  # the explicit NaN lines say more (failure.py reports them)
+    return _nan_iterations(idx) or _loss_scale(idx)
+
+
+def _nan_iterations(idx: SignalIndex) -> list[Finding]:
+    """Megatron's interval line counts NaN iterations; it is printed by the last rank for
+    the whole job, so it names no culprit."""
+    sigs = idx.of("nan_iterations")
+    if not sigs:
+        return []
+    first = sigs[0]
+    step = first.fields.get("step")
+    title = (f"{sum(s.fields['count'] for s in sigs)} iterations had a NaN/Inf loss"
+             + (f", first in the interval ending at iteration {step}" if step else ""))
+    return [make(Category.NAN_INF, title, _FIX_ITERS, DETECTOR, 0.8, sigs[:4],
+                 severity=Severity.CRITICAL, details={"step": step})]
+
+
+def _loss_scale(idx: SignalIndex) -> list[Finding]:
+    sigs = idx.of("loss_scale_overflow")
+    verdict = _scale_verdict(sigs)
+    if verdict is None:
+        return []
+    title, bad, confidence = verdict
+    return [make(Category.NAN_INF, title, _FIX_SCALE, DETECTOR, confidence, bad[:3] + sigs[-1:],
+                 severity=Severity.CRITICAL, details={"overflows": len(sigs)})]
+
+
+def _scale_verdict(sigs: list) -> tuple[str, list, float] | None:
+    """(title, the overflows that show it, confidence) when the overflows are more than
+    the scaler calibrating, else None."""
+    floor = [s for s in sigs if _at_floor(s)]
+    if floor:
+        scale = min(_scale_of(s) for s in floor)
+        return (f"fp16 gradients overflow even at loss scale {scale:g} ({len(sigs)} overflow "
+                "reports)", floor, 0.75)
+    stuck = _stuck_run(sigs)
+    if stuck:
+        return (f"fp16 loss scale stuck at {stuck[0].fields['scale']:g}: {len(stuck)} overflows "
+                "in a row, every step skipped", stuck, 0.6)
+    # bf16 has no loss scale: DeepSpeed says only "Skipping step", and each skip is a
+    # gradient that is inf/NaN itself
+    unscaled = [s for s in sigs if s.fields.get("scale") is None and s.fields.get("next") is None]
+    if len(unscaled) >= STUCK_RUN:
+        return (f"{len(unscaled)} steps skipped for inf/NaN gradients (no loss scaling)",
+                unscaled, 0.6)
+    return None
+
+
+def _at_floor(sig) -> bool:
+    """The overflow happened at a scale of 1 or less (a scaler that prints only the new
+    scale went below 1 to get there)."""
+    scale, new = sig.fields.get("scale"), sig.fields.get("next")
+    if scale is not None:
+        return scale <= FLOOR_SCALE
+    return new is not None and new < FLOOR_SCALE
+
+
+def _scale_of(sig) -> float:
+    scale = sig.fields.get("scale")
+    return scale if scale is not None else sig.fields.get("next") or 0.0
+
+
+def _stuck_run(sigs: list) -> list:
+    """The longest run of overflows at one unchanging scale (DeepSpeed says 'reducing to'
+    the same value once the scale is at its min_loss_scale), if long enough."""
+    best = (0, 0)  # [start, end) into sigs
+    start = 0
+    for i, s in enumerate(sigs):
+        scale = s.fields.get("scale")
+        if scale is None or s.fields.get("next") != scale:
+            start = i + 1
+            continue
+        if i > start and sigs[i - 1].fields.get("scale") != scale:
+            start = i
+        if i + 1 - start > best[1] - best[0]:
+            best = (start, i + 1)
+    return sigs[best[0]:best[1]] if best[1] - best[0] >= STUCK_RUN else []

@@ -11,8 +11,11 @@ turns its verdict into findings with the measured rates as evidence.
 from __future__ import annotations
 
 from diag import fixes
+import ipaddress
+
 from diag.analyze.detectors.common import (SignalIndex, bare_address, classify_address,
-                                           env_values, index, is_loopback, make, multi_node)
+                                           env_values, index, is_loopback, make, multi_node,
+                                           own_failures)
 from diag.analyze.inputs import Inputs
 from diag.analyze.signals import Signal
 from diag.format import schema
@@ -63,6 +66,19 @@ _FIX_GLOO_IFACE = ("GLOO_SOCKET_IFNAME={iface} names an interface the host lacks
                    + fixes.GLOO_IFNAME_MISSING + ".")
 _FIX_GLOO_MESH = ("Gloo advertised an address the other ranks cannot use: "
                   + fixes.hostname_loopback() + ".")
+_FIX_IPOIB = (
+    "NCCL_SOCKET_IFNAME is not set, so NCCL picked {ifaces} for its TCP bootstrap (it prefers "
+    "interfaces named ib*, i.e. IPoIB); the nodes cannot reach each other there{subnets}. Set "
+    "NCCL_SOCKET_IFNAME to the Ethernet interface the nodes share (e.g. "
+    "NCCL_SOCKET_IFNAME=eth0, check with `ip -4 addr` and `ping` between the nodes); "
+    "InfiniBand still carries the data.")
+_FIX_BOOTSTRAP = (
+    "NCCL's bootstrap (plain TCP sockets on the interface NCCL_SOCKET_IFNAME selects) cannot "
+    "connect between the processes: check that the interface each node printed in "
+    "'Bootstrap : Using' reaches the others (`ping`, `nc -zv`), and that no firewall blocks "
+    "the ports NCCL picks.")
+# gloo errors that happen while a pair connects: the address was never reachable
+_GLOO_CONNECT = ("refused", "connect_timeout", "unreachable")
 _FIX_NO_IB = (
     "NCCL sees no InfiniBand device, so inter-node traffic goes over TCP sockets (many times "
     f"slower): {fixes.EXPOSE_IB} and {fixes.LIBIBVERBS}; check `ibv_devinfo` "
@@ -75,9 +91,11 @@ _FIX_SOCKETS = (
 def detect_text(inputs) -> list[Finding]:
     idx = index(inputs)
     findings: list[Finding] = []
-    for rule in (_nccl_connect, _gloo_connect, _store_unreachable, _ib_link_errors,
-                 _no_interface, _socket_family, _loopback_bootstrap, _bridge_bootstrap,
-                 _gloo_interface, _slow_link):
+    # at equal confidence the earlier rule's finding ranks first: an interface NCCL chose
+    # by itself explains a failed connect better than the network does
+    for rule in (_ipoib_bootstrap, _nccl_connect, _gloo_connect, _store_unreachable,
+                 _ib_link_errors, _no_interface, _socket_family, _loopback_bootstrap,
+                 _bridge_bootstrap, _bootstrap_chain, _gloo_interface, _slow_link):
         findings += rule(idx)
     return findings
 
@@ -118,12 +136,16 @@ def _gloo_connect(idx: SignalIndex) -> list[Finding]:
     # Gloo pairs dial each peer's advertised address on a random port: a refused or timed-out
     # connect to a routable address is the network's doing (to loopback, wrong_interface's)
     sigs = [s for s in idx.of("gloo_error")
-            if s.fields.get("what") in ("refused", "connect_timeout") and s.fields.get("peer")
+            if s.fields.get("what") in _GLOO_CONNECT and s.fields.get("peer")
             and not is_loopback(s.fields.get("peer"))]
     if not sigs:
         return []
     peer = sigs[0].fields["peer"]
-    confidence = 0.6 if any(s.fields["what"] == "connect_timeout" for s in sigs) else 0.5
+    # a refusal is also what a dead peer's port gives: a crash elsewhere explains it
+    refused_only = all(s.fields["what"] == "refused" for s in sigs)
+    confidence = 0.5 if refused_only else 0.6
+    if own_failures(idx):
+        confidence -= 0.2
     return [make(Category.NETWORK_UNREACHABLE, f"Gloo cannot connect to its peer {peer}",
                  _FIX_FIREWALL, DETECTOR, confidence, sigs, hosts=_hosts(sigs) + [peer])]
 
@@ -236,6 +258,79 @@ def _bridge_bootstrap(idx: SignalIndex) -> list[Finding]:
                  env_var="NCCL_SOCKET_IFNAME")]
 
 
+def _bootstrap_failures(idx: SignalIndex) -> list[Signal]:
+    """NCCL error chains (checks.h ``file:line -> code``) whose thread's first frame is in
+    socket code and that pass through bootstrap.cc: the TCP bootstrap failed to connect."""
+    chains: dict[tuple, list[Signal]] = {}
+    for s in idx.of("nccl_err_chain"):
+        chains.setdefault((s.host, s.fields.get("pid"), s.fields.get("tid")), []).append(s)
+    failed = []
+    for frames in chains.values():
+        origin = str(frames[0].fields.get("src"))
+        through = any(str(f.fields.get("src")).endswith("bootstrap.cc") for f in frames)
+        if through and origin.endswith(("socket.cc", "socket.h", "bootstrap.cc")):
+            failed += frames
+    # the same connect failing in another thread of the same node, cut short in a paste
+    hosts = {s.host for s in failed}
+    failed += [s for s in idx.of("nccl_err_chain") if s not in failed and s.host in hosts
+               and str(s.fields.get("src")).endswith("socket.cc")]
+    return sorted(failed, key=lambda s: (s.file, s.line))
+
+
+def _bootstrap_ifaces(idx: SignalIndex) -> list[tuple[Signal, str, str]]:
+    """(signal, interface, address) of every bootstrap or IB out-of-band interface NCCL
+    printed: both come from ncclFindInterfaces, by the same rule."""
+    out = [(s, s.fields.get("iface"), s.fields.get("addr")) for s in idx.of("nccl_bootstrap")]
+    out += [(s, *s.fields["oob"]) for s in idx.of("nccl_net") if s.fields.get("oob")]
+    return [(s, str(i), str(a)) for s, i, a in out if i and a]
+
+
+def _ipoib_bootstrap(idx: SignalIndex) -> list[Finding]:
+    """Bootstrap fails between nodes that auto-picked IPoIB (ib*) interfaces: NCCL prefers
+    ib* when NCCL_SOCKET_IFNAME is unset, and IPoIB is often not routed between nodes."""
+    # a refusal or a reset came back from the peer: that address was reachable
+    failed = _bootstrap_failures(idx) + [s for s in idx.of("nccl_connect_failed")
+                                         if not is_loopback(s.fields.get("addr"))
+                                         and s.fields.get("errno") not in (111, 104)]
+    if not failed or not multi_node(idx) or env_values(idx, "NCCL_SOCKET_IFNAME"):
+        return []
+    ipoib = [(s, i, a) for s, i, a in _bootstrap_ifaces(idx) if i.startswith("ib")]
+    if not ipoib:
+        return []
+    subnets = {_subnet(a) for _, _, a in ipoib} - {None}
+    apart = len(subnets) > 1
+    ifaces = ", ".join(sorted({f"{i} ({s.host or '?'}: {a})" for s, i, a in ipoib})[:4])
+    why = f" (their addresses are on different subnets: {', '.join(sorted(subnets))})" \
+        if apart else ""
+    title = f"NCCL bootstraps over IPoIB ({ifaces}) and the nodes cannot connect"
+    evidence = [s for s, _, _ in ipoib][:4] + failed[:4]
+    return [make(Category.WRONG_INTERFACE, title,
+                 _FIX_IPOIB.format(ifaces=ifaces, subnets=why), DETECTOR, 0.85 if apart else 0.7,
+                 evidence, hosts=_hosts([s for s, _, _ in ipoib]), env_var="NCCL_SOCKET_IFNAME")]
+
+
+def _subnet(addr: str) -> str | None:
+    # the /24 an IPv4 address sits in: a hint only, the real netmask is not in the log
+    try:
+        ip = ipaddress.ip_address(bare_address(addr))
+    except ValueError:
+        return None
+    return str(ipaddress.ip_network(f"{ip}/24", strict=False)) if ip.version == 4 else None
+
+
+def _bootstrap_chain(idx: SignalIndex) -> list[Finding]:
+    """A bootstrap connect that fails with no WARN in the paste and no interface to blame
+    (the WARN naming the peer was cut): the network between the processes."""
+    failed = _bootstrap_failures(idx)
+    if not failed or idx.has("nccl_connect_failed", "nccl_no_interface", "nccl_socket_family"):
+        return []
+    if _ipoib_bootstrap(idx) or _loopback_bootstrap(idx) or _bridge_bootstrap(idx):
+        return []
+    title = f"NCCL's bootstrap cannot connect ({failed[0].fields.get('src')} -> bootstrap.cc)"
+    return [make(Category.NETWORK_UNREACHABLE, title, _FIX_BOOTSTRAP, DETECTOR, 0.5, failed,
+                 hosts=_hosts(failed))]
+
+
 def _gloo_interface(idx: SignalIndex) -> list[Finding]:
     gloo = idx.of("gloo_error")
     missing = [s for s in gloo if s.fields.get("what") == "no_iface"]
@@ -245,14 +340,26 @@ def _gloo_interface(idx: SignalIndex) -> list[Finding]:
         evidence = missing + env_values(idx, "GLOO_SOCKET_IFNAME")
         return [make(Category.WRONG_INTERFACE, title, _FIX_GLOO_IFACE.format(iface=iface),
                      DETECTOR, 0.9, evidence, hosts=_hosts(missing), env_var="GLOO_SOCKET_IFNAME")]
-    looped = [s for s in gloo if is_loopback(s.fields.get("peer"))]
+    # connecting to a loopback address that refuses: the peer advertised its hostname's
+    # 127.0.1.1 to another node. On one node the same refusal is a dead peer instead.
+    looped = [s for s in gloo if is_loopback(s.fields.get("peer"))
+              and s.fields.get("what") in _GLOO_CONNECT]
+    looped = looped if not _one_node(idx) else []
     mesh = [s for s in gloo if s.fields.get("what") == "connect_full_mesh"]
-    if not (looped and multi_node(idx)) and not mesh:
+    if not looped and not mesh:
         return []
     title = "Gloo cannot connect its full mesh: ranks advertise an unusable address"
+    confidence = (0.8 if multi_node(idx) else 0.7) if looped else 0.55
     return [make(Category.WRONG_INTERFACE, title, _FIX_GLOO_MESH, DETECTOR,
-                 0.75 if looped else 0.55, looped + mesh, hosts=_hosts(looped + mesh),
+                 confidence, looped + mesh, hosts=_hosts(looped + mesh),
                  env_var="GLOO_SOCKET_IFNAME")]
+
+
+def _one_node(idx: SignalIndex) -> bool:
+    """Whether the logs say the job runs on one node (a stated node count of 1, NCCL's
+    nNodes 1), as opposed to saying nothing."""
+    counts = {s.fields.get("n") for s in idx.of("nnodes")}
+    return counts == {1} and not multi_node(idx)
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,0 +1,56 @@
+"""``ddiag stacks``: every rank's Python stack now, grouped, for a job that imports nothing
+of ddiag; the odd ones out named."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from diag.cli.output import emit_json, fail, say
+
+
+@click.command()
+@click.option("--pid", "pid", type=int, required=True,
+              help="A process of the job: the launcher (torchrun's agent, accelerate, "
+                   "deepspeed, mpirun) or any rank. Its rank processes are found among its "
+                   "descendants by RANK/LOCAL_RANK/WORLD_SIZE in their environment.")
+@click.option("--out", "out", type=click.Path(path_type=Path), default=None,
+              help="Run directory to save the dumps in (stacks/rankNNNNN.json; `ddiag "
+                   "analyze` reads them). Default: $DDIAG_RUN_DIR or runs/stacks-<time>.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+def stacks(pid: int, out: Path | None, as_json: bool) -> None:
+    """Capture every rank's Python stack (py-spy), group identical stacks, name the odd ones.
+
+    Exit 0 when every rank was captured and none is elsewhere than the others, 1 when some
+    rank is (the finding says which and where), 2 when no rank could be found or captured.
+
+    \b
+    Examples:
+      ddiag stacks --pid $(pgrep -f torchrun | head -1)
+      ddiag stacks --pid 4242 --out runs/hang-1 --json && ddiag analyze runs/hang-1
+    """
+    from diag.format.rundir import default_run_dir
+    from diag.report.terminal import render_stacks
+    from diag.watch import discover
+    from diag.watch.stacks import capture, grouped
+
+    try:
+        procs = discover.ranks_under(pid)
+    except discover.NoSuchProcess as exc:
+        fail(str(exc))
+    if not procs:
+        fail(f"pid {pid}: no rank process at or under it (none has RANK, LOCAL_RANK and "
+             "WORLD_SIZE in its environment); pass the launcher's pid or a rank's")
+    run_dir = out or default_run_dir("stacks")
+    if not as_json:
+        say(f"ddiag stacks: {len(procs)} rank(s) under pid {pid}; dumps to {run_dir}")
+    result = grouped(capture(procs, run_dir), run_dir)
+    if not result.captured:
+        fail(f"no stack could be captured: {result.captures[0].error}")
+    if as_json:
+        emit_json(result.to_json())
+    else:
+        render_stacks(result)
+    sys.exit(1 if result.finding else 0)

@@ -1,0 +1,111 @@
+"""Every rank's Python stack, now, for a job that imports nothing of ddiag.
+
+The ranks come from ``diag.watch.discover`` (the descendants of a pid that carry a
+launcher's RANK/LOCAL_RANK/WORLD_SIZE); each is re-checked to be the same process right
+before ``py-spy dump`` attaches to it. The dumps land in ``RUN_DIR/stacks/rankNNNNN.json``
+(py-spy's own JSON, which ``ddiag analyze`` reads) beside ``stacks/capture.json``, which
+says which pid was which rank and what could not be captured.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from diag.analyze import stackgroups
+from diag.format import schema
+from diag.format.rundir import RunDir
+from diag.verdict import Finding
+from diag.watch.capture import PYSPY_TIMEOUT_S, pyspy_argv, write_replacing
+from diag.watch.discover import RankProcess, still_rank
+
+CAPTURE_SCHEMA = 1
+MAX_PARALLEL = 8  # py-spy attaches stop the rank for a moment; a few at a time
+
+
+@dataclass(frozen=True)
+class StackCapture:
+    process: RankProcess
+    path: Path | None
+    error: str | None
+
+    def to_json(self) -> dict:
+        return {**self.process.to_json(), "path": str(self.path) if self.path else None,
+                "error": self.error}
+
+
+def capture(procs: list[RankProcess], run_dir: Path) -> list[StackCapture]:
+    """One ``py-spy dump --json`` per rank, a few at a time; then the capture record."""
+    with ThreadPoolExecutor(max_workers=max(1, min(MAX_PARALLEL, len(procs)))) as pool:
+        out = list(pool.map(lambda p: capture_one(p, run_dir), procs))
+    write_record(run_dir, out)
+    return out
+
+
+def capture_one(proc: RankProcess, run_dir: Path) -> StackCapture:
+    if not still_rank(proc):
+        return StackCapture(proc, None, f"pid {proc.pid} is no longer rank {proc.rank} "
+                                        "(it exited, or its pid was reused): not traced")
+    try:
+        res = subprocess.run(pyspy_argv(proc.pid), capture_output=True, text=True,
+                             timeout=PYSPY_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return StackCapture(proc, None, f"py-spy: {exc}")
+    if res.returncode != 0:
+        hint = (" (py-spy needs ptrace rights: run as root, or add SYS_PTRACE to the "
+                "container)" if "ermission" in res.stderr else "")
+        return StackCapture(proc, None, f"py-spy exit {res.returncode}: "
+                                        f"{res.stderr.strip()[:300]}{hint}")
+    path = RunDir(run_dir).path("stacks", proc.rank, ".json")
+    write_replacing(path, res.stdout)
+    return StackCapture(proc, path, None)
+
+
+def write_record(run_dir: Path, captures: list[StackCapture]) -> Path:
+    path = RunDir(run_dir).path("stacks") / "capture.json"
+    doc = {"format": schema.STACKS, "schema": CAPTURE_SCHEMA, "t": time.time(),
+           "ranks": [c.to_json() for c in captures]}
+    write_replacing(path, json.dumps(doc, indent=1) + "\n")
+    return path
+
+
+@dataclass
+class StacksResult:
+    """What ``ddiag stacks`` found: the captures, the groups (largest first) and the odd
+    ones out as a finding (None when no rank is elsewhere)."""
+
+    run_dir: Path
+    captures: list[StackCapture]
+    groups: list[stackgroups.Group]
+    finding: Finding | None
+
+    @property
+    def captured(self) -> int:
+        return sum(1 for c in self.captures if c.path is not None)
+
+    def to_json(self) -> dict:
+        return {"format": schema.STACKS, "schema": CAPTURE_SCHEMA, "run_dir": str(self.run_dir),
+                "captured": self.captured, "ranks": [c.to_json() for c in self.captures],
+                "groups": [g.to_json() for g in self.groups],
+                "finding": self.finding.to_json() if self.finding else None}
+
+
+def grouped(captures: list[StackCapture], run_dir: Path) -> StacksResult:
+    """Group the captured main-thread stacks and name the odd ones out."""
+    stacks = []
+    for c in captures:
+        if c.path is None:
+            continue
+        try:
+            doc = json.loads(c.path.read_text())
+        except (OSError, ValueError):
+            continue
+        stack = stackgroups.from_pyspy(doc, c.process.rank, str(c.path), c.process.host)
+        if stack is not None:
+            stacks.append(stack)
+    groups = stackgroups.group(stacks)
+    return StacksResult(Path(run_dir), captures, groups, stackgroups.odd_ones(groups))
