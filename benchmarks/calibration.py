@@ -185,9 +185,10 @@ def write_doc(path: Path, by_source: dict[str, list[dict]], today: str,
              f"**{sum(v['right'] for v in ranked)}/{len(ranked)}**."]
     if before:
         old = before["verdicts"]["corpus"]
-        lines.append(f"- Before the rules of issue 20 (out of sample, {before.get('note', '')}): "
-                     f"{sum(bool(v.get('category_ok', v['right'])) for v in old)}/{len(old)}, "
-                     f"{sum(v['confidence'] is None for v in old)} of them with no finding.")
+        lines.append(f"- Out of sample ({before.get('note') or before.get('date')}): "
+                     f"{sum(bool(v.get('category_ok', v['right'])) for v in old)}/{len(old)} "
+                     f"right, {sum(v['confidence'] is None for v in old)} logs with no "
+                     "finding at all.")
     lines += ["", "### Confidence against being right", "",
               "A verdict is right when the top finding's category is the label's and, where the "
               "label names a culprit rank, the finding names it.", ""]

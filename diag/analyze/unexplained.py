@@ -27,6 +27,7 @@ MAX_ERROR_LINES = 10_000  # enough to find each rank's first; bounds a log of no
 _GATES = ("rror", "RROR", "xception", "Traceback", "FATAL", "atal", "ailed", "FAILED",
           "NCCL WARN", "Killed", "Segmentation fault", "core dumped", "Aborted", "timed out",
           "CANCELLED", "exit")
+_GATE = re.compile("|".join(map(re.escape, _GATES)))  # one C-level pass instead of 16 `in`s
 _ERROR = re.compile(
     r"(?<!\w)(?:[A-Za-z.]*Error\b|ERROR\b|[Ee]rror:|[A-Za-z.]*Exception\b"
     r"|Traceback \(most recent call last\)|FATAL\b|Fatal\b|[Ff]ailed\b|FAILED\b|NCCL WARN"
@@ -73,7 +74,7 @@ def first_errors(texts) -> list[Signal]:
 
 
 def _is_error(raw: str) -> bool:
-    if not any(g in raw for g in _GATES):
+    if not _GATE.search(raw):
         return False
     text = raw[:MAX_LINE]
     return bool(_ERROR.search(text)) and not _NOT_ERROR.search(text)
