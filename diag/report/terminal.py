@@ -126,8 +126,8 @@ def render_watch(result, console: Console | None = None) -> None:
         console.print(f"ended ranks {quote(result.killed)}")
 
 
-def render_pid_watch(result, console: Console | None = None) -> None:
-    """``ddiag watch --pid``: how it ended; on a hang, the odd ones out and the analysis."""
+def render_sampled_watch(result, console: Console | None = None) -> None:
+    """``ddiag watch --pid`` / ``--slurm-job``: how it ended; on a hang, the odd ones out and the analysis."""
     console = console or stdout_console()
     if result.alarm is None:
         console.print(f"ddiag watch: no hang ({quote(result.ended)}; {result.samples} samples "
@@ -154,8 +154,9 @@ def render_stacks(result, console: Console | None = None) -> None:
             console.print(Text(plain(f"    {frame}"), style="dim"))
     for c in result.captures:
         if c.error:
-            console.print(Text(plain(f"rank {c.process.rank} (pid {c.process.pid}): {c.error}"),
-                               style="yellow"))
+            who = (f"rank {c.process.rank} (pid {c.process.pid})" if c.process.rank is not None
+                   else str(c.process.host))
+            console.print(Text(plain(f"{who}: {c.error}"), style="yellow"))
     if result.finding is not None:
         console.print(Text(plain(f"odd one out: {result.finding.title}"), style="bold red"))
         console.print(Text(plain(f"fix: {result.finding.fix}")))

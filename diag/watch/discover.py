@@ -39,7 +39,8 @@ class RankProcess:
 
     def to_json(self) -> dict:
         return {"pid": self.pid, "rank": self.rank, "local_rank": self.local_rank,
-                "world_size": self.world_size, "host": self.host, "cmdline": self.cmdline}
+                "world_size": self.world_size, "host": self.host, "cmdline": self.cmdline,
+                "started": self.started}
 
 
 class NoSuchProcess(Exception):
@@ -75,6 +76,22 @@ def descendants(pid: int) -> list[int]:
         out.append(proc)
         todo += children.get(proc, ())
     return out
+
+
+def ranks_in(pids: set[int]) -> list[RankProcess]:
+    """The rank processes among ``pids`` (e.g. what Slurm says a job runs on this node):
+    those with a rank environment whose parent does not carry the same RANK (a fork)."""
+    found = []
+    for pid in sorted(pids)[:MAX_PROCESSES]:
+        env = rank_env(pid)
+        stat = proc_stat(pid)
+        if not env or stat is None:
+            continue
+        parent = rank_env(int(stat[1]))
+        if parent and parent["RANK"] == env["RANK"]:
+            continue
+        found.append(_process(pid, env))
+    return sorted(found, key=lambda p: (p.rank, p.pid))
 
 
 def rank_env(pid: int) -> dict[str, int] | None:

@@ -116,8 +116,11 @@ def _waiting(stack: stackgroups.Stack | None) -> bool:
 
 
 @dataclass
-class PidWatchResult:
-    pid: int
+class SampledWatchResult:
+    """What a watch of a job without heartbeats ended with; ``target`` is what was watched
+    ({"pid": N} or {"slurm_job": "J"})."""
+
+    target: dict
     run_dir: Path
     ranks: list[discover.RankProcess] = field(default_factory=list)
     alarm: PidAlarm | None = None
@@ -130,7 +133,7 @@ class PidWatchResult:
     def to_json(self) -> dict:
         verdict = self.analysis.findings[0].to_json() if self.analysis is not None \
             and self.analysis.findings else None
-        return {**schema.stamp(schema.WATCH), "target": {"pid": self.pid},
+        return {**schema.stamp(schema.WATCH), "target": self.target,
                 "run_dir": str(self.run_dir), "ended": self.ended, "samples": self.samples,
                 "ranks": [r.to_json() for r in self.ranks],
                 "alarm": self.alarm.to_json() if self.alarm else None,
@@ -162,12 +165,12 @@ def sample_stack(proc: discover.RankProcess) -> stackgroups.Stack | None:
 def watch_pid(pid: int, run_dir: Path, stall_s: float = 60.0, *, kill: bool = False,
               sample_s: float | None = None, timeout_s: float | None = None,
               same_point_s: float | None = None,
-              status: Callable[[str], None] = lambda _: None) -> PidWatchResult:
+              status: Callable[[str], None] = lambda _: None) -> SampledWatchResult:
     """Watch the job under ``pid`` until a hang (then respond), its ranks ending, or
     ``timeout_s``. ``sample_s``: seconds between stack samples (default stall_s / 6,
     between 1 and 15 s)."""
     sample_s = sample_s or min(15.0, max(1.0, stall_s / 6))
-    result = PidWatchResult(pid, Path(run_dir))
+    result = SampledWatchResult({"pid": pid}, Path(run_dir))
     watcher = SampleWatcher(stall_s, same_point_s)
     start = time.monotonic()
     deadline = start + timeout_s if timeout_s is not None else float("inf")
@@ -215,18 +218,27 @@ def _sample_all(procs: list[discover.RankProcess]) -> dict[int, stackgroups.Stac
         return dict(zip((p.rank for p in procs), pool.map(sample_stack, procs)))
 
 
-def _respond(result: PidWatchResult, alarm: PidAlarm, kill: bool,
+def _respond(result: SampledWatchResult, alarm: PidAlarm, kill: bool,
              status: Callable[[str], None]) -> None:
+    respond(result, alarm, lambda: capture(result.ranks, result.run_dir),
+            (lambda: end_ranks(result.ranks)) if kill else None, status)
+
+
+def respond(result: SampledWatchResult, alarm: PidAlarm,
+            take_stacks: Callable[[], list[StackCapture]],
+            end_job: Callable[[], list[int]] | None, status: Callable[[str], None]) -> None:
+    """On a hang: blocking dumps of every rank (``take_stacks``), grouped; analyze the run
+    directory; end the job if asked (``end_job``); write watch.json."""
     from diag.analyze import analyze
 
     result.alarm, result.ended = alarm, "hang detected"
     status(f"hang: {alarm.reason}; capturing stacks")
-    result.captures = capture(result.ranks, result.run_dir)
+    result.captures = take_stacks()
     if result.alarm.finding is None:  # the blocking dumps may say more than the samples
         result.alarm.finding = grouped(result.captures, result.run_dir).finding
     result.analysis = analyze(result.run_dir)
-    if kill:
-        result.killed = end_ranks(result.ranks)
+    if end_job is not None:
+        result.killed = end_job()
     write_replacing(result.run_dir / "watch.json",
                     json.dumps(result.to_json(), indent=2, default=str))
 
