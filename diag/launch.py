@@ -134,6 +134,10 @@ class LaunchSpec:
     """(node, VAR, value): set VAR on that node only, to rehearse a misconfiguration."""
     master_port: int | None = None
     timeout_s: float = 300.0
+    program: tuple[str, ...] = ()
+    """The user's own command, run in place of a module: a script and its arguments,
+    ``-m module ...``, or an executable (``python train.py``, a shell script), which
+    torchrun starts with ``--no-python``. Empty: ddiag's module."""
 
     def __post_init__(self) -> None:
         if self.launcher not in LAUNCHERS:
@@ -170,7 +174,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def local_command(spec: LaunchSpec, module: str, args: Sequence[str]
+def entry_argv(spec: LaunchSpec, module: str | None, args: Sequence[str]) -> list[str]:
+    """What torchrun runs as each rank: ddiag's ``module`` with ``args``, or the spec's
+    program (torchrun takes a script path or ``-m module``; anything else it runs as an
+    executable with ``--no-python``)."""
+    if not spec.program:
+        if not module:
+            raise LaunchError("nothing to launch: give a module or a program")
+        return ["-m", module, *args]
+    head = spec.program[0]
+    if head == "-m" or head.endswith(".py"):
+        return list(spec.program)
+    return ["--no-python", *spec.program]
+
+
+def local_command(spec: LaunchSpec, module: str | None, args: Sequence[str]
                   ) -> tuple[list[str], dict[str, str]]:
     """torchrun on this host, and the environment to give it (with --env-on applied)."""
     host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
@@ -182,7 +200,7 @@ def local_command(spec: LaunchSpec, module: str, args: Sequence[str]
         env[var] = value
     port = spec.master_port or free_port()
     argv = torchrun_args(1, spec.nproc_per_node, port) + ["--master-addr=127.0.0.1"]
-    return argv + ["-m", module, *args], env
+    return argv + entry_argv(spec, module, args), env
 
 
 def random_port() -> int:
@@ -191,7 +209,7 @@ def random_port() -> int:
     return random.randint(20000, 39999)
 
 
-def slurm_command(spec: LaunchSpec, module: str, args: Sequence[str]) -> list[str]:
+def slurm_command(spec: LaunchSpec, module: str | None, args: Sequence[str]) -> list[str]:
     """srun, one task per node, each exec-ing torchrun; rank 0's node hosts the store."""
     port = spec.master_port or random_port()
     torchrun = " ".join(shlex.quote(a) for a in torchrun_args(spec.nodes, spec.nproc_per_node,
@@ -202,7 +220,7 @@ def slurm_command(spec: LaunchSpec, module: str, args: Sequence[str]) -> list[st
     nodelist = '"${SLURM_STEP_NODELIST:-$SLURM_JOB_NODELIST}"'
     script = (f'MASTER=$(scontrol show hostnames {nodelist} | head -n1); '
               f'{exports}exec {torchrun} --node-rank="$SLURM_NODEID" --master-addr="$MASTER" '
-              f"-m {shlex.quote(module)} {' '.join(shlex.quote(a) for a in args)}")
+              f"{shlex.join(entry_argv(spec, module, args))}")
     # --kill-on-bad-exit: when one node's torchrun fails, end the others' too; else they
     # sit in torchrun's exit barrier (5 min) waiting for an agent that is gone.
     return ["srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", "--ntasks-per-node=1",
@@ -210,7 +228,7 @@ def slurm_command(spec: LaunchSpec, module: str, args: Sequence[str]) -> list[st
             "sh", "-c", script]
 
 
-def command(spec: LaunchSpec, module: str, args: Sequence[str]
+def command(spec: LaunchSpec, module: str | None, args: Sequence[str]
             ) -> tuple[list[str], dict[str, str]]:
     if spec.launcher == "local":
         return local_command(spec, module, args)

@@ -23,7 +23,34 @@ def _model_args(**sizes: int | None) -> tuple[str, ...]:
                  for a in (f"--{name}", str(value)))
 
 
-@click.command("scale-test")
+def _metric_regex(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--metric is checked as it is parsed: a bad regex is a usage error, not a stage
+    that fails after minutes of running."""
+    from diag.scaletest.throughput import compile_metric
+
+    if value is not None:
+        try:
+            compile_metric(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc).removeprefix("--metric "),
+                                     ctx, param) from None
+    return value
+
+
+TRAINER_ONLY = ("mode", "batch", "width", "layers", "vocab", "inject")
+"""The reference trainer's options: a command runs its own model and parallelism."""
+
+
+class _ScaleTestCommand(click.Command):
+    """Remembers whether ``--`` was on the command line: ``--`` with nothing after it is
+    a mistake, not a request for the reference trainer."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["scale_test.dash"] = "--" in args
+        return super().parse_args(ctx, args)
+
+
+@click.command("scale-test", cls=_ScaleTestCommand)
 @click.option("--stages", default=None,
               help="Comma-separated stages: process counts (local) or node counts (slurm). "
                    "Default: 1,2,4,... up to this host's cores (local); 1,2,4 (slurm).")
@@ -33,7 +60,13 @@ def _model_args(**sizes: int | None) -> tuple[str, ...]:
               type=click.Choice(LAUNCHERS))
 @click.option("--nproc-per-node", default=1, show_default=True, type=click.IntRange(min=1),
               help="Ranks per node (slurm).")
-@click.option("--steps", default=100, show_default=True, type=click.IntRange(min=1))
+@click.option("--steps", default=100, show_default=True, type=click.IntRange(min=1),
+              help="Reference trainer's steps per stage. With a command: the steps it does "
+                   "per rank, for throughput from wall time (ddiag passes it to nobody).")
+@click.option("--metric", metavar="REGEX", default=None, callback=_metric_regex,
+              help="With a command that writes no ddiag event logs: its throughput, read "
+                   r"from its stdout and stderr by REGEX (group 1, or the whole match), e.g. "
+                   r"'(\d+(?:\.\d+)?) samples/s'; the median after the first 20% of matches.")
 @click.option("--batch", default=8, show_default=True, type=click.IntRange(min=1),
               help="Per-rank micro-batch.")
 @click.option("--strong", is_flag=True, help="Strong scaling: keep the first stage's global batch.")
@@ -51,6 +84,9 @@ def _model_args(**sizes: int | None) -> tuple[str, ...]:
               help="Seconds without progress before the watcher calls a hang.")
 @click.option("--keep-going", is_flag=True, help="Run later stages after a stage fails.")
 @click.option("--no-probes", is_flag=True, help="Skip the collective/compute/link probes.")
+@click.option("--no-check-env", is_flag=True,
+              help="Skip check-env before each stage (its snapshots tell whether ranks "
+                   "share cores).")
 @click.option("--env-on", multiple=True, metavar="NODE:VAR=VALUE",
               help="Set VAR on one node for every launch, to rehearse a misconfiguration "
                    "(repeatable).")
@@ -64,18 +100,21 @@ def _model_args(**sizes: int | None) -> tuple[str, ...]:
               help="Print what would run (the sbatch script, or each local stage's commands) "
                    "and exit.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def scale_test(ctx, stages, mode, launcher, nproc_per_node, steps, batch, strong, width,
-               layers, vocab, inject,
-               stage_timeout, stall, keep_going, no_probes, env_on, master_port, out,
-               html_out, dry_run, as_json) -> None:
-    """Run the reference trainer at 1 -> 2 -> 4 -> N and explain where scaling breaks.
+def scale_test(ctx, stages, mode, launcher, nproc_per_node, steps, metric, batch, strong,
+               width, layers, vocab, inject,
+               stage_timeout, stall, keep_going, no_probes, no_check_env, env_on, master_port, out,
+               html_out, dry_run, as_json, command) -> None:
+    """Run the reference trainer, or your own command (after --), at 1 -> 2 -> 4 -> N
+    and explain where scaling breaks.
 
     \b
     Examples:
       ddiag scale-test
       ddiag scale-test --stages 1,2 --mode zero2 --steps 50 --html st.html
       ddiag scale-test --launcher slurm --stages 1,2,4 --nproc-per-node 8 --dry-run
+      ddiag scale-test --metric '(\\d+\\.\\d+) samples/s' -- train.py --epochs 1
     """
     from diag.format.rundir import default_run_dir
     from diag.report.terminal import render_scale_test, scale_test_status
@@ -84,6 +123,7 @@ def scale_test(ctx, stages, mode, launcher, nproc_per_node, steps, batch, strong
     from diag.scaletest.run import scale_test as run_scale_test
     from diag.launch import LaunchError, parse_env_on
 
+    _check_command(ctx, command)
     out = out or default_run_dir("scale-test", own_run=True)
     job_id = os.environ.get("SLURM_JOB_ID") if launcher == "slurm" else None
     if plan.run_dir_in_use(out, job_id):
@@ -95,8 +135,9 @@ def scale_test(ctx, stages, mode, launcher, nproc_per_node, steps, batch, strong
                               nproc_per_node=nproc_per_node, steps=steps, batch=batch,
                               strong=strong, inject=tuple(inject), stage_timeout_s=stage_timeout,
                               stall_s=stall, keep_going=keep_going, probes=not no_probes,
+                              check_env=not no_check_env,
                               env_on=tuple(env_on), master_port=master_port,
-                              slurm_job_id=job_id,
+                              slurm_job_id=job_id, command=tuple(command), metric=metric,
                               trainer_args=_model_args(width=width, layers=layers, vocab=vocab))
         parse_env_on(cfg.env_on)
     except (ValueError, LaunchError) as exc:
@@ -128,13 +169,35 @@ def scale_test(ctx, stages, mode, launcher, nproc_per_node, steps, batch, strong
     sys.exit(0 if result.healthy else 1)
 
 
+def _check_command(ctx: click.Context, command: tuple[str, ...]) -> None:
+    """A command comes after ``--`` (so that its flags are not taken for ours), and the
+    reference trainer's options do not go with it."""
+    from click.core import ParameterSource
+
+    dash = ctx.meta.get("scale_test.dash", False)
+    if dash and not command:
+        fail("-- must be followed by your training command, e.g. "
+             "ddiag scale-test -- train.py --epochs 1 (nothing after --: drop it to stage "
+             "the reference trainer)")
+    if command and not dash:
+        fail(f"put your training command after --: ddiag scale-test [options] -- "
+             f"{shlex.join(command)} (got {command[0]!r} among scale-test's options)")
+    given = [name for name in TRAINER_ONLY
+             if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE]
+    if command and given:
+        fail(f"--{given[0]} is the reference trainer's option; your command "
+             f"({shlex.join(command[:3])} ...) sets its own model, batch and parallelism: "
+             f"drop --{given[0]}")
+
+
 def _this_command(ctx: click.Context, out: Path) -> list[str]:
     """This scale-test again, for a Slurm allocation to run: every option given, --out
-    made absolute (its default is a fresh timestamp) and --dry-run left out."""
+    made absolute (its default is a fresh timestamp), --dry-run left out, and the
+    user's command last, after --."""
     args = []
     for param in ctx.command.params:
         value = ctx.params[param.name]
-        if param.name in ("out", "dry_run") or value is None or value is False \
+        if param.name in ("out", "dry_run", "command") or value is None or value is False \
                 or value == () or value == param.default:
             continue
         name = param.opts[0]
@@ -142,7 +205,9 @@ def _this_command(ctx: click.Context, out: Path) -> list[str]:
             args.append(name)
         else:
             args += [a for v in (value if param.multiple else [value]) for a in (name, str(v))]
-    return [sys.executable, "-m", "diag.cli", "scale-test", *args, "--out", str(out.resolve())]
+    tail = ["--", *ctx.params["command"]] if ctx.params["command"] else []
+    return [sys.executable, "-m", "diag.cli", "scale-test", *args, "--out",
+            str(out.resolve()), *tail]
 
 
 def _stop_on_sigterm() -> None:

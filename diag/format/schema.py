@@ -23,6 +23,7 @@ PROBE_COMPUTE = "ddiag.probe_compute"
 PROBES = "ddiag.probes"
 FAULT_MATRIX = "ddiag.fault_matrix"
 OVERHEAD_RAW = "ddiag.overhead_raw"
+STACK_SAMPLES = "ddiag.stack_samples"
 
 # The major version each format is written at (and the newest a reader understands).
 VERSIONS: dict[str, int] = {
@@ -42,6 +43,7 @@ VERSIONS: dict[str, int] = {
     PROBES: 1,
     FAULT_MATRIX: 1,
     OVERHEAD_RAW: 1,
+    STACK_SAMPLES: 1,
 }
 
 

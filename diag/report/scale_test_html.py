@@ -20,7 +20,7 @@ def _num(value, spec: str, scale: float = 1.0) -> str:
 
 def _title(result: ScaleTestResult) -> str:
     cfg = result.config
-    return (f"ddiag scale-test: {cfg.mode}, {cfg.launcher} launcher, "
+    return (f"ddiag scale-test: {cfg.job}, {cfg.launcher} launcher, "
             f"{'strong' if cfg.strong else 'weak'} scaling")
 
 
@@ -28,16 +28,22 @@ def _header(result: ScaleTestResult) -> str:
     cfg = result.config
     job = f"; Slurm job {esc(cfg.slurm_job_id)}" if cfg.slurm_job_id else ""
     verdict_class = "good" if result.healthy else "bad"
+    steps = (f"command <code>{esc(' '.join(cfg.command))}</code>" if cfg.command else
+             f"{esc(cfg.steps)} steps per stage, the first 5 not measured")
     return (f"<h1>{esc(_title(result))}</h1>"
             f'<p class="muted">run directory {esc(cfg.out)}; stages '
-            f'{esc(",".join(map(str, cfg.stages)))}; {esc(cfg.steps)} steps per stage, the first 5 '
-            f"not measured; {result.seconds:.0f} s{job}"
+            f'{esc(",".join(map(str, cfg.stages)))}; {steps}; {result.seconds:.0f} s{job}'
+            + "".join(f"<br>rate from {esc(n)}" for n in result.throughput_notes
+                      if cfg.command) +
+            "</p>"
             f'{"; interrupted" if result.interrupted else ""}</p>'
             f'<div class="verdict {verdict_class}"><b>verdict:</b> {esc(result.verdict)}</div>')
 
 
 def stage_table(result: ScaleTestResult) -> str:
-    head = ("<tr><th>stage</th><th>ranks</th><th class=l>status</th><th>samples/s</th>"
+    own = bool(result.config.command)
+    head = ("<tr><th>stage</th><th>ranks</th><th class=l>status</th>"
+            + ("<th class=l>source</th><th>rate</th>" if own else "<th>samples/s</th>") +
             "<th>efficiency (raw)</th><th>per-rank TFLOP/s</th>"
             "<th>against the host</th><th>step p50 ms</th><th>step p95 ms</th>"
             "<th>compute</th><th>comm</th><th>data</th><th>busbw GB/s</th></tr>")
@@ -46,7 +52,9 @@ def stage_table(result: ScaleTestResult) -> str:
                                          result.compute_tflops, result.efficiency_normalised):
         cliff = run.stage == result.cliff_stage
         status = esc(run.status.value) + (" &larr; cliff" if cliff else "")
-        cells = [_num(m and m.samples_per_s, ".1f"), _num(eff, ".2f"), _num(tflops, ".3f"),
+        source = [esc(m.source if m else "-")] if own else []
+        cells = [*source, _num(m and m.samples_per_s, ".1f"), _num(eff, ".2f"),
+                 _num(tflops, ".3f"),
                  _num(norm, ".2f"),
                  _num(m and m.step_p50_s, ".1f", 1000), _num(m and m.step_p95_s, ".1f", 1000),
                  *(_num(m and getattr(m, f"{name}_share"), ".0%") for name, _ in SHARES),
@@ -88,7 +96,8 @@ def scaling_curve_svg(result: ScaleTestResult) -> str:
             + _cliff_marker(result, xs))
     return ('<p class="muted">blue: efficiency, raw (left axis, 1.0 = perfect scaling); '
             f'teal: efficiency against the host ({_normalised_legend(result)}); green: '
-            'samples/s (right axis), dashed: linear scaling from the first stage</p>'
+            f'throughput, {esc(_unit(result))} (right axis), dashed: linear scaling from the '
+            'first stage</p>'
             + svg(LEFT + PLOT_W + 80, TOP + PLOT_H + 50, body,
                   "scaling curve: efficiency and throughput per stage"))
 
@@ -107,13 +116,18 @@ def _axes(result: ScaleTestResult, xs: list[float], eff_top: float, tp_top: floa
              text(LEFT - 6, one + 4, "1.0", anchor="end"),
              text(LEFT - 6, TOP + 10, f"{eff_top:.2f}", anchor="end"),
              text(LEFT - 6, bottom, "0", anchor="end"), text(right + 6, bottom, "0"),
-             text(right + 6, TOP + 10, f"{tp_top:.0f} samples/s"),
+             text(right + 6, TOP + 10, f"{tp_top:.0f} {_unit(result)}"),
              text(LEFT + PLOT_W / 2, bottom + 36, "ranks (world size) per stage",
                   anchor="middle")]
     for x, run in zip(xs, result.stages):
         color = "#1d2430" if run.status is StageStatus.OK else SLOW
         parts.append(text(x, bottom + 16, run.world_size, anchor="middle", fill=color))
     return "".join(parts)
+
+
+def _unit(result: ScaleTestResult) -> str:
+    units = {m.unit for m in result.metrics if m is not None}
+    return units.pop() if len(units) == 1 else "per s"
 
 
 def _normalised_legend(result: ScaleTestResult) -> str:
@@ -131,7 +145,8 @@ def _series(result: ScaleTestResult, xs: list[float], eff_top: float, tp_top: fl
                               "efficiency (raw)", True),
              _efficiency_line(result, xs, eff_top, result.efficiency_normalised, NORMALISED,
                               "efficiency against the host", False)]
-    parts += [dot(x, _y(t, tp_top), THROUGHPUT, f"{t:.1f} samples/s", r=3) for x, t in tp]
+    parts += [dot(x, _y(t, tp_top), THROUGHPUT, f"{t:.1f} {_unit(result)}", r=3)
+              for x, t in tp]
     return "".join(parts)
 
 
@@ -214,8 +229,8 @@ def _stage_section(result: ScaleTestResult, i: int) -> str:
         f'{esc(f.get("category", ""))}</span> {esc(f.get("title", ""))}'
         f'<div class="fix"><b>fix:</b> {esc(f.get("fix", ""))}</div></div>'
         for f in result.findings.get(run.stage, []))
-    plots = (rank_times_svg(m) + shares_svg(m)) if m else \
-        '<p class="muted">no event logs from this stage</p>'
+    plots = (rank_times_svg(m) + shares_svg(m)) if m and m.source == "events" else \
+        '<p class="muted">no event logs from this stage: no per-rank step times</p>'
     return head + reason + plots + findings
 
 

@@ -167,23 +167,29 @@ def render_stacks(result, console: Console | None = None) -> None:
 
 def render_scale_test(result, console: Console | None = None) -> None:
     console = console or stdout_console()
-    table = Table(title=f"ddiag scale-test: {result.config.mode}, {result.config.launcher} "
-                        f"launcher, {'strong' if result.config.strong else 'weak'} scaling",
+    cfg, own = result.config, bool(result.config.command)
+    table = Table(title=f"ddiag scale-test: {cfg.job}, {cfg.launcher} launcher, "
+                        f"{'strong' if cfg.strong else 'weak'} scaling",
                   caption="TFLOP/s: compute probe, median rank; host eff: eff against what "
                           "the host's probes allow (compute rate, small all_reduce time); a "
                           "fall the host predicts, with no finding, is no cliff")
-    for col in ("stage", "ranks", "status", "samp/s", "p50 ms", "p95 ms", "comm", "data",
-                "TFLOP/s", "eff", "host eff"):
-        table.add_column(col, justify="left" if col == "status" else "right")
+    cols = ("stage", "ranks", "status", *(("source", "rate") if own else ("samp/s",)),
+            "p50 ms", "p95 ms", "comm", "data", "TFLOP/s", "eff", "host eff")
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("status", "source") else "right")
     for run, m, tflops, eff, norm in zip(result.stages, result.metrics, result.compute_tflops,
                                          result.efficiency, result.efficiency_normalised):
         mark = " <- cliff" if run.stage == result.cliff_stage else ""
+        rate = _fmt(m and m.samples_per_s, ".1f")
         table.add_row(str(run.stage), str(run.world_size), quote(run.status.value) + mark,
-                      _fmt(m and m.samples_per_s, ".1f"), _fmt(m and m.step_p50_s and m.step_p50_s * 1000, ".1f"),
+                      *((_fmt(m and m.source), rate) if own else (rate,)),
+                      _fmt(m and m.step_p50_s and m.step_p50_s * 1000, ".1f"),
                       _fmt(m and m.step_p95_s and m.step_p95_s * 1000, ".1f"),
                       _fmt(m and m.comm_share, ".0%"), _fmt(m and m.data_share, ".0%"),
                       _fmt(tflops, ".3f"), _fmt(eff, ".2f"), _fmt(norm, ".2f"))
     console.print(table)
+    for note in result.throughput_notes if own else ():
+        console.print(f"rate from {quote(note)}")
     console.print(Text(f"verdict: {plain(result.verdict)}", style="bold"))
     console.print(f"run directory: {quote(result.config.out)}")
 

@@ -1,2 +1,2 @@
-"""``ddiag scale-test``: staged 1 -> 2 -> 4 -> N runs of the reference trainer that show
-where performance falls off, and why."""
+"""``ddiag scale-test``: staged 1 -> 2 -> 4 -> N runs of the reference trainer (or of the
+user's own command) that show where performance falls off, and why."""

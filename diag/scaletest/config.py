@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from diag.launch import LAUNCHERS
+from diag.scaletest.throughput import compile_metric
 from reference_trainer.config import MODES
 
 
@@ -62,6 +63,16 @@ class ScaleTestConfig:
     probes: bool = True
     check_env: bool = True
     trainer_args: tuple[str, ...] = field(default_factory=tuple)
+    command: tuple[str, ...] = ()
+    """The user's own training command, staged instead of the reference trainer: a script
+    and its arguments, ``-m module ...``, or an executable (diag.launch.LaunchSpec.program).
+    Empty: the reference trainer."""
+    metric: str | None = None
+    """Regex over a command's stdout and stderr whose group 1 (or whole match) is the
+    throughput it prints; used when the command writes no event logs."""
+    sample_s: float = 2.0
+    """Seconds between rounds of stack samples of a command's ranks (py-spy
+    --nonblocking): the hang watcher's and the straggler count's input."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -71,11 +82,24 @@ class ScaleTestConfig:
         if not self.stages or list(self.stages) != sorted(set(self.stages)) or self.stages[0] < 1:
             raise ValueError(f"--stages must be increasing positive counts, e.g. 1,2,4; "
                              f"got: {','.join(map(str, self.stages))}")
-        if self.steps < 10:
+        if self.steps < 10 and not self.command:
             raise ValueError(f"--steps must be >= 10 (5 warm-up + measured), got: {self.steps}")
-        if self.mode == "pipeline" and self.stages[0] < 2:
+        if self.metric is not None:
+            if not self.command:
+                raise ValueError("--metric reads the output of your own command: give it "
+                                 "after --, e.g. ddiag scale-test --metric REGEX -- train.py")
+            compile_metric(self.metric)
+        if self.mode == "pipeline" and self.stages[0] < 2 and not self.command:
             raise ValueError("--mode pipeline needs at least 2 ranks per stage: start "
                              "--stages at 2")
+
+    @property
+    def job(self) -> str:
+        """What each stage runs, in a title: the trainer's mode, or the command."""
+        if not self.command:
+            return self.mode
+        text = " ".join(self.command)
+        return text if len(text) <= 60 else text[:57] + "..."
 
     def world_size(self, stage: int) -> int:
         return stage * self.nproc_per_node if self.launcher == "slurm" else stage

@@ -29,6 +29,13 @@ class StageMetrics:
     per_rank_p95_s: dict = field(default_factory=dict)
     """rank -> 95th percentile of the same: a rank with a high p95 and a normal p50 stalls
     now and then rather than being slow throughout."""
+    source: str = "events"
+    """Where ``samples_per_s`` comes from (diag.scaletest.throughput): ``events`` (the
+    decorator's event logs), ``metric`` (a regex over the job's output) or ``wall`` (the
+    stage's wall time for a fixed number of steps)."""
+    unit: str = "samples/s"
+    """What ``samples_per_s`` counts: samples/s (the reference trainer's global batch per
+    second), rank-steps/s (steps per second x ranks), or the unit the job printed."""
 
 
 def _pct(values: list[float], q: float) -> float | None:

@@ -63,30 +63,35 @@ def sbatch_script(cfg: ScaleTestConfig, command: list[str], cwd: Path) -> str:
 
 def local_plan(cfg: ScaleTestConfig) -> str:
     """Every command each local stage runs, in order: the ddiag pre-flight tools, then
-    the trainer's torchrun (its port is picked again at run time unless --master-port)."""
+    the trainer's (or the user's command's) torchrun (its port is picked again at run
+    time unless --master-port)."""
     from diag.scaletest.run import preflight
-    from diag.scaletest.stage import trainer_cmd
+    from diag.scaletest.stage import job_cmd
 
     lines = []
     for stage in cfg.stages:
         run_dir = cfg.out / f"stage-{stage}"
         lines.append(f"# stage {stage}: {cfg.world_size(stage)} rank(s), in {run_dir}")
         lines += [shlex.join(cmd) for _, cmd in preflight(cfg, stage, run_dir)]
-        lines.append(shlex.join(trainer_cmd(cfg, stage, run_dir)[0]))
+        name, argv, env = job_cmd(cfg, stage, run_dir)
+        if name == "command":
+            lines.append(f"DDIAG_RUN_DIR={shlex.quote(env['DDIAG_RUN_DIR'])} \\")
+        lines.append(shlex.join(argv))
     return "\n".join(lines) + "\n"
 
 
 def stage_commands(cfg: ScaleTestConfig) -> list[dict]:
     """Each stage's commands as argv lists, by name: the pre-flight tools, then the
-    trainer (srun commands on Slurm, torchrun here)."""
+    trainer or the user's command (srun commands on Slurm, torchrun here)."""
     from diag.scaletest.run import preflight
-    from diag.scaletest.stage import trainer_cmd
+    from diag.scaletest.stage import job_cmd
 
     stages = []
     for stage in cfg.stages:
         run_dir = cfg.out / f"stage-{stage}"
         commands = [{"name": name, "argv": cmd} for name, cmd in preflight(cfg, stage, run_dir)]
-        commands.append({"name": "trainer", "argv": trainer_cmd(cfg, stage, run_dir)[0]})
+        name, argv, _ = job_cmd(cfg, stage, run_dir)
+        commands.append({"name": name, "argv": argv})
         stages.append({"stage": stage, "world_size": cfg.world_size(stage),
                        "run_dir": str(run_dir), "commands": commands})
     return stages

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,8 +15,10 @@ from diag.scaletest.config import ScaleTestConfig
 from diag.scaletest.measure import (PROBE_NORMALISED, RAW, HostReading, StageMetrics,
                                     as_json, efficiencies, efficiency_basis, falls,
                                     normalised_efficiencies, stage_metrics, work_efficiency)
+from diag.scaletest import throughput
 from diag.scaletest.stage import (StageRun, StageStatus, StepOutcome, ddiag_cmd, launch_args,
-                                  run_tool, run_trainer)
+                                  run_tool, run_trainer, sampled_findings)
+from diag.analyze.busywait import BusyTally
 from diag.verdict import Severity, Status
 
 
@@ -61,10 +64,34 @@ class ScaleTestResult:
     def efficiency_basis(self) -> str:
         return efficiency_basis(self.efficiency, self.efficiency_normalised)
 
+    @property
+    def throughput_sources(self) -> list[str]:
+        """The sources the measured stages' throughput came from, in stage order, once
+        each (events, metric, wall: diag.scaletest.throughput)."""
+        found = [m.source for m in self.metrics if m is not None]
+        return list(dict.fromkeys(found))
+
+    @property
+    def assumption(self) -> str | None:
+        """What the numbers rest on, when a stage's came from its wall time."""
+        return throughput.WEAK_ASSUMPTION if throughput.WALL in self.throughput_sources \
+            and not self.config.strong else None
+
+    @property
+    def throughput_notes(self) -> list[str]:
+        """How each source in use made its numbers (the reports' legend)."""
+        cfg = self.config
+        return [throughput.describe(s, cfg.metric, cfg.steps, cfg.strong)
+                for s in self.throughput_sources]
+
     def to_json(self) -> dict:
         cfg = self.config
         return {
-            **schema.stamp(schema.SCALE_TEST), "run_dir": str(cfg.out), "mode": cfg.mode,
+            **schema.stamp(schema.SCALE_TEST), "run_dir": str(cfg.out),
+            "mode": None if cfg.command else cfg.mode,
+            "command": list(cfg.command) or None, "metric": cfg.metric,
+            "throughput_sources": self.throughput_sources, "assumption": self.assumption,
+            "throughput_notes": self.throughput_notes,
             "launcher": cfg.launcher, "slurm_job_id": cfg.slurm_job_id,
             "stages": list(cfg.stages), "steps": cfg.steps,
             "scaling": "strong" if cfg.strong else "weak", "verdict": self.verdict,
@@ -86,6 +113,7 @@ def _stage_json(run: StageRun, m: StageMetrics | None, eff: float | None,
             "efficiency_normalised": normalised, "compute_tflops": _median_tflops(run),
             "small_all_reduce_us": small_all_reduce_us(run),
             "metrics": as_json(m), "findings": findings or [],
+            "throughput_source": m.source if m else None,
             "steps": [{"name": s.name, "ok": s.ok, "seconds": round(s.seconds, 1),
                        "detail": s.detail} for s in run.steps],
             "busbw_GBps": peak_busbw(run), "hang": run.hang,
@@ -109,6 +137,8 @@ def scale_test(cfg: ScaleTestConfig, status: Callable[[str], None]) -> ScaleTest
             run = run_stage(cfg, stage, status)
             result.stages.append(run)
             result.metrics.append(_measure(run, cfg, stage))
+            if result.metrics[-1] is None and cfg.metric and run.status is StageStatus.OK:
+                run.status, run.reason = StageStatus.NO_METRIC, _no_metric(run, cfg)
             if run.status is not StageStatus.OK and not cfg.keep_going:
                 status(f"stage {stage}: {run.status.value} ({run.reason}); stopping (--keep-going "
                        "runs the later stages anyway)")
@@ -132,9 +162,14 @@ def run_stage(cfg: ScaleTestConfig, stage: int, status: Callable[[str], None]) -
             run.status, run.reason = StageStatus.CHECK_ENV_FAILED, _failed_checks(step)
             return run
     run.busiest = busiest_node(run.run_dir / "env")
-    status(f"stage {stage}: training {cfg.mode} on {run.world_size} rank(s)")
-    outcome, hang = run_trainer(cfg, stage, run.run_dir, status)
+    what = "running the command" if cfg.command else f"training {cfg.mode}"
+    status(f"stage {stage}: {what} on {run.world_size} rank(s)")
+    # a command's ranks on this host are sampled; on Slurm they run on other nodes
+    tally = BusyTally() if cfg.command and cfg.launcher == "local" else None
+    outcome, hang = run_trainer(cfg, stage, run.run_dir, status, tally)
     run.steps.append(outcome)
+    if tally is not None:
+        run.findings = sampled_findings(run.run_dir, tally)
     run.trainer, run.hang = outcome.doc, hang
     if not outcome.ok:
         run.status = StageStatus.HANG if hang else StageStatus.FAILED
@@ -180,12 +215,43 @@ def _failed_checks(step: StepOutcome) -> str:
 
 def _measure(run: StageRun, cfg: ScaleTestConfig, stage: int) -> StageMetrics | None:
     logs, _ = read_run_events(run.run_dir)
+    if cfg.command:
+        return _measure_command(run, cfg, logs)
     if not logs:
         return None
     global_batch = cfg.per_rank_batch(stage) * run.world_size
     if cfg.mode == "pipeline":
         global_batch //= 2  # two stages share one micro-batch stream
     return stage_metrics(logs, run.world_size, global_batch)
+
+
+def _measure_command(run: StageRun, cfg: ScaleTestConfig, logs) -> StageMetrics | None:
+    """The command's throughput from its best source: the decorator's event logs, else
+    --metric over its output, else its wall time (only when it ended well: the time of
+    a hang or a crash measures nothing)."""
+    if logs:
+        return throughput.from_events(logs, run.world_size)
+    if cfg.metric:
+        values = throughput.metric_values(_command_output(run),
+                                          throughput.compile_metric(cfg.metric))
+        return throughput.from_metric(values, run.world_size) if values else None
+    ran = next((s for s in run.steps if s.name == "command" and s.ok), None)
+    if ran is None:
+        return None
+    work = cfg.world_size(cfg.stages[0]) if cfg.strong else run.world_size
+    return throughput.from_wall(run.world_size, cfg.steps, ran.seconds, work)
+
+
+def _command_output(run: StageRun) -> str:
+    logs = run.run_dir / "logs"
+    return "\n".join(p.read_text(errors="replace") for p in
+                     (logs / "command.out", logs / "command.err") if p.is_file())
+
+
+def _no_metric(run: StageRun, cfg: ScaleTestConfig) -> str:
+    return (f"--metric {shlex.quote(cfg.metric)} matched no number in the command's output "
+            f"({run.run_dir / 'logs' / 'command.out'} and command.err): check that the "
+            "job prints its rate, and the regex against one of its lines")
 
 
 def conclude(result: ScaleTestResult, status: Callable[[str], None]) -> None:
@@ -198,10 +264,17 @@ def conclude(result: ScaleTestResult, status: Callable[[str], None]) -> None:
     for run in result.stages:  # small run dirs: seconds each, and a straggler or slow
         status(f"stage {run.stage}: analyzing")  # link shows before any cliff does
         found = analyze(run.run_dir)
-        result.findings[run.stage] = [f.to_json() for f in found.findings[:3]]
+        result.findings[run.stage] = [f.to_json() for f in
+                                      _merge(run.findings, found.findings)[:3]]
     result.cliff_stage = locate_cliff(result)
     result.verdict = verdict(result)
     (cfg.out / "scale-test.json").write_text(json.dumps(result.to_json(), indent=2, default=str))
+
+
+def _merge(sampled: list, found: list) -> list:
+    """The stage's stack-sample findings among analyze's, by severity (stable: analyze's
+    own order is kept among equals, after the samples')."""
+    return sorted([*sampled, *found], key=lambda f: -f.severity) if sampled else list(found)
 
 
 SHARED_KEEP = 0.5

@@ -20,8 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from diag.analyze.busywait import BusyTally, straggler
+from diag.format import schema
 from diag.launch import stop_group
 from diag.scaletest.config import ScaleTestConfig
+from diag.verdict import Finding
+
+SAMPLES_FILE = "stack-samples.json"
+"""A command's stage: what its rounds of stack samples showed (busywait.BusyTally)."""
 
 
 @dataclass
@@ -43,6 +49,9 @@ class StageStatus(str, enum.Enum):
     """The trainer exited non-zero or timed out, with no hang seen."""
     CHECK_ENV_FAILED = "check-env failed"
     """check-env reported a failure: the trainer was not started."""
+    NO_METRIC = "no metric"
+    """The command ran, wrote no event logs, and --metric matched no number in its
+    output: the stage has no throughput."""
 
 
 @dataclass
@@ -58,6 +67,8 @@ class StageRun:
     busiest: tuple[str, int, int] | None = None
     """(node, ranks, cores) of the node with the most ranks per core, from check-env's
     snapshots; None without them."""
+    findings: list[Finding] = field(default_factory=list)
+    """From the stage's stack samples (a command's straggler); analyze adds its own."""
 
 
 def ddiag_cmd(*args: str) -> list[str]:
@@ -141,11 +152,21 @@ def injections_for(specs: tuple[str, ...], world_size: int) -> list[str]:
     return keep
 
 
+def _launch(cfg: ScaleTestConfig, stage: int, program: tuple[str, ...] = ()):
+    from diag.launch import LaunchSpec, parse_env_on
+
+    local = cfg.launcher == "local"
+    return LaunchSpec(cfg.launcher, nodes=1 if local else stage,
+                      nproc_per_node=stage if local else cfg.nproc_per_node,
+                      env_on=parse_env_on(cfg.env_on), master_port=cfg.master_port,
+                      timeout_s=cfg.stage_timeout_s, program=program)
+
+
 def trainer_cmd(cfg: ScaleTestConfig, stage: int, run_dir: Path
                 ) -> tuple[list[str], dict[str, str]]:
     """The trainer launched the way check-env and the probes launch their ranks
     (diag.launch: torchrun here, or srun with one torchrun per node)."""
-    from diag.launch import LaunchSpec, command, parse_env_on
+    from diag.launch import command
 
     args = ["--mode", cfg.mode, "--steps", str(cfg.steps),
             "--batch", str(cfg.per_rank_batch(stage)), "--out", str(run_dir), "--json",
@@ -154,30 +175,45 @@ def trainer_cmd(cfg: ScaleTestConfig, stage: int, run_dir: Path
         args += ["--pp", "2"]
     for spec in injections_for(cfg.inject, cfg.world_size(stage)):
         args += ["--inject", spec]
-    local = cfg.launcher == "local"
-    launch = LaunchSpec(cfg.launcher, nodes=1 if local else stage,
-                        nproc_per_node=stage if local else cfg.nproc_per_node,
-                        env_on=parse_env_on(cfg.env_on), master_port=cfg.master_port,
-                        timeout_s=cfg.stage_timeout_s)
-    argv, env = command(launch, "reference_trainer", args)
+    argv, env = command(_launch(cfg, stage), "reference_trainer", args)
     return argv, {**env, **_env()}
 
 
-def run_trainer(cfg: ScaleTestConfig, stage: int, run_dir: Path,
-                status: Callable[[str], None]) -> tuple[StepOutcome, dict | None]:
-    """The trainer with the hang watcher beside it; a hang or a timeout ends the stage."""
-    from diag.watch.loop import watch
+def command_cmd(cfg: ScaleTestConfig, stage: int, run_dir: Path
+                ) -> tuple[list[str], dict[str, str]]:
+    """The user's command, launched as the trainer is; DDIAG_RUN_DIR names the stage's
+    directory, so a command that uses the decorator writes its event logs there."""
+    from diag.launch import command
 
+    argv, env = command(_launch(cfg, stage, cfg.command), None, ())
+    return argv, {**env, **_env(), "DDIAG_RUN_DIR": str(run_dir.resolve())}
+
+
+def job_cmd(cfg: ScaleTestConfig, stage: int, run_dir: Path
+            ) -> tuple[str, list[str], dict[str, str]]:
+    """What the stage runs after its pre-flight tools, by name: ``command`` (the user's)
+    or ``trainer`` (the reference trainer)."""
+    if cfg.command:
+        return ("command", *command_cmd(cfg, stage, run_dir))
+    return ("trainer", *trainer_cmd(cfg, stage, run_dir))
+
+
+def run_trainer(cfg: ScaleTestConfig, stage: int, run_dir: Path,
+                status: Callable[[str], None], tally: BusyTally | None = None
+                ) -> tuple[StepOutcome, dict | None]:
+    """The trainer (or the command) with the hang watcher beside it; a hang or a timeout
+    ends the stage. A command on this host is watched from outside (its stacks sampled,
+    each round into ``tally``); the reference trainer, and a command on Slurm (whose
+    ranks run on other nodes), by the decorator's heartbeats."""
     start = time.monotonic()
     log_dir = run_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    argv, env = trainer_cmd(cfg, stage, run_dir)
+    name, argv, env = job_cmd(cfg, stage, run_dir)
     proc = subprocess.Popen(argv, env=env, text=True,
-                            stdout=open(log_dir / "trainer.out", "w"),
-                            stderr=open(log_dir / "trainer.err", "w"), start_new_session=True)
+                            stdout=open(log_dir / f"{name}.out", "w"),
+                            stderr=open(log_dir / f"{name}.err", "w"), start_new_session=True)
     hang: dict = {}
-    watcher = threading.Thread(target=_watch_into, daemon=True, args=(
-        watch, run_dir, cfg, proc, hang, status))
+    watcher = _watcher(run_dir, cfg, proc, hang, status, tally)
     watcher.start()
     try:
         proc.wait(timeout=cfg.stage_timeout_s)
@@ -187,9 +223,20 @@ def run_trainer(cfg: ScaleTestConfig, stage: int, run_dir: Path,
     except BaseException:
         stop_group(proc)
         raise
+    seconds = time.monotonic() - start  # the job's own time: a command's wall throughput
     stop_group(proc)
     watcher.join(timeout=60)
-    return _trainer_outcome(proc, run_dir, start, timed_out, hang), hang.get("doc")
+    return _trainer_outcome(name, proc, run_dir, seconds, timed_out, hang), hang.get("doc")
+
+
+def _watcher(run_dir, cfg, proc, hang: dict, status, tally) -> threading.Thread:
+    if cfg.command and cfg.launcher == "local":
+        return threading.Thread(target=_watch_sampled_into, daemon=True,
+                                args=(run_dir, cfg, proc, hang, status, tally))
+    from diag.watch.loop import watch
+
+    return threading.Thread(target=_watch_into, daemon=True,
+                            args=(watch, run_dir, cfg, proc, hang, status))
 
 
 def _watch_into(watch, run_dir, cfg, proc, hang: dict, status) -> None:
@@ -202,16 +249,48 @@ def _watch_into(watch, run_dir, cfg, proc, hang: dict, status) -> None:
         stop_group(proc)
 
 
-def _trainer_outcome(proc, run_dir: Path, start: float, timed_out: bool, hang: dict
-                     ) -> StepOutcome:
-    seconds = time.monotonic() - start
-    out = (run_dir / "logs" / "trainer.out").read_text()
-    doc = _json_or_none(out)
+def _watch_sampled_into(run_dir, cfg, proc, hang: dict, status, tally) -> None:
+    """The watcher for a job without heartbeats: stacks and CPU time of the ranks under
+    the launched torchrun; on a hang their stacks land in the stage's stacks/."""
+    from diag.watch.sampled import watch_pid
+
+    result = watch_pid(proc.pid, run_dir, cfg.stall_s, sample_s=cfg.sample_s,
+                       timeout_s=cfg.stage_timeout_s, status=lambda line: None,
+                       on_sample=tally.add if tally is not None else None,
+                       stop=lambda: proc.poll() is not None,
+                       progress=lambda: _output_size(run_dir / "logs"))
+    if result.alarm is not None:
+        hang["doc"] = result.to_json()
+        status(f"hang: {result.alarm.reason}; ending the stage")
+        stop_group(proc)
+
+
+def _output_size(log_dir: Path) -> int:
+    """Bytes the command has printed so far: a job that prints is making progress."""
+    return sum(p.stat().st_size for p in (log_dir / "command.out", log_dir / "command.err")
+               if p.exists())
+
+
+def _trainer_outcome(name: str, proc, run_dir: Path, seconds: float, timed_out: bool,
+                     hang: dict) -> StepOutcome:
+    # a command's output is the user's: a JSON line there is not our trainer's summary
+    doc = _json_or_none((run_dir / "logs" / f"{name}.out").read_text()) \
+        if name == "trainer" else None
     if hang:
-        return StepOutcome("trainer", False, seconds, "hang detected by the watcher", doc)
+        return StepOutcome(name, False, seconds, "hang detected by the watcher", doc)
     if timed_out:
-        return StepOutcome("trainer", False, seconds, "stage timed out", doc)
+        return StepOutcome(name, False, seconds, "stage timed out", doc)
     if proc.returncode != 0:
-        err = (run_dir / "logs" / "trainer.err").read_text()
-        return StepOutcome("trainer", False, seconds, f"exit {proc.returncode}: {_tail(err)}", doc)
-    return StepOutcome("trainer", True, seconds, "", doc)
+        err = (run_dir / "logs" / f"{name}.err").read_text()
+        return StepOutcome(name, False, seconds, f"exit {proc.returncode}: {_tail(err)}", doc)
+    return StepOutcome(name, True, seconds, "", doc)
+
+
+def sampled_findings(run_dir: Path, tally: BusyTally) -> list[Finding]:
+    """The straggler the stage's stack samples show, if any; the tally is kept in the
+    stage's directory (the finding's evidence points there)."""
+    path = run_dir / SAMPLES_FILE
+    path.write_text(json.dumps({**schema.stamp(schema.STACK_SAMPLES), **tally.to_json()},
+                               indent=2))
+    found = straggler(tally, str(path))
+    return [found] if found is not None else []

@@ -76,6 +76,10 @@ class SampleWatcher:
         self._ref: dict[int, Sample] = {}
         self._since: float | None = None
 
+    def reset(self) -> None:
+        """The job showed progress some other way (its output grew): start over."""
+        self._ref, self._since = {}, None
+
     def observe(self, samples: dict[int, Sample], now: float) -> PidAlarm | None:
         if not samples:
             return None
@@ -165,19 +169,27 @@ def sample_stack(proc: discover.RankProcess) -> stackgroups.Stack | None:
 def watch_pid(pid: int, run_dir: Path, stall_s: float = 60.0, *, kill: bool = False,
               sample_s: float | None = None, timeout_s: float | None = None,
               same_point_s: float | None = None,
-              status: Callable[[str], None] = lambda _: None) -> SampledWatchResult:
-    """Watch the job under ``pid`` until a hang (then respond), its ranks ending, or
-    ``timeout_s``. ``sample_s``: seconds between stack samples (default stall_s / 6,
-    between 1 and 15 s)."""
+              status: Callable[[str], None] = lambda _: None,
+              on_sample: Callable[[dict[int, stackgroups.Stack | None]], None] | None = None,
+              stop: Callable[[], bool] = lambda: False,
+              progress: Callable[[], object] | None = None) -> SampledWatchResult:
+    """Watch the job under ``pid`` until a hang (then respond), its ranks ending,
+    ``stop()`` (the caller saw the job exit), or ``timeout_s``. ``sample_s``: seconds
+    between stack samples (default stall_s / 6, between 1 and 15 s); ``on_sample`` hears
+    each round of them (rank -> stack, None where py-spy could not read it).
+    ``progress``: a reading that changes while the job makes progress (scale-test: the
+    size of the job's output, which it owns); a change counts as movement. A rank that
+    sleeps or waits on its input in every sample, with the others waiting for it, is a
+    slow job, not a hung one, as long as the job still prints."""
     sample_s = sample_s or min(15.0, max(1.0, stall_s / 6))
     result = SampledWatchResult({"pid": pid}, Path(run_dir))
     watcher = SampleWatcher(stall_s, same_point_s)
     start = time.monotonic()
     deadline = start + timeout_s if timeout_s is not None else float("inf")
     stacks: dict[int, stackgroups.Stack | None] = {}
-    next_sample = 0.0
+    next_sample, mark = 0.0, None
     while time.monotonic() < deadline:
-        procs = _ranks(pid)
+        procs = None if stop() else _ranks(pid)
         if procs is None or (not procs and result.ranks):
             result.ended = "job finished"
             return result
@@ -194,9 +206,14 @@ def watch_pid(pid: int, run_dir: Path, stall_s: float = 60.0, *, kill: bool = Fa
         if time.monotonic() >= next_sample:
             stacks = _sample_all(procs)
             result.samples += 1
+            if on_sample is not None:
+                on_sample(stacks)
             next_sample = time.monotonic() + sample_s
         samples = {p.rank: Sample(stacks.get(p.rank), cpu) for p in procs
                    if (cpu := cpu_seconds(p.pid)) is not None}
+        if progress is not None and (now_mark := progress()) != mark:
+            watcher.reset()
+            mark = now_mark
         alarm = watcher.observe(samples, time.time())
         if alarm is not None:
             _respond(result, alarm, kill, status)
