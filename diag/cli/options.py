@@ -73,3 +73,17 @@ def resolve_launch(opts: dict, in_job: bool = True):
         return None, job_env() if in_job else None
     except LaunchError as err:
         fail(str(err))
+
+
+def job_target_options(fn):
+    """--pid and --slurm-job: a job that imports nothing of ddiag, by one of its processes
+    here or by its Slurm job id (``ddiag stacks``, ``ddiag watch``)."""
+    fn = click.option("--slurm-job", "slurm_job", default=None, metavar="JOBID",
+                      help="A running Slurm job: on each of its nodes (srun --overlap), the "
+                           "ranks among the processes Slurm tracks for it.")(fn)
+    return click.option("--pid", "pid", type=int, default=None,
+                        help="A process of the job: its launcher (torchrun's agent, "
+                             "accelerate, deepspeed, mpirun) or a rank. The ranks are found "
+                             "among its descendants by RANK/LOCAL_RANK/WORLD_SIZE in their "
+                             "environment.")(fn)
+

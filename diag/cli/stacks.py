@@ -8,17 +8,12 @@ from pathlib import Path
 
 import click
 
+from diag.cli.options import job_target_options
 from diag.cli.output import emit_json, fail, say
 
 
 @click.command()
-@click.option("--pid", "pid", type=int, default=None,
-              help="A process of the job: the launcher (torchrun's agent, accelerate, "
-                   "deepspeed, mpirun) or any rank. Its rank processes are found among its "
-                   "descendants by RANK/LOCAL_RANK/WORLD_SIZE in their environment.")
-@click.option("--slurm-job", "slurm_job", default=None, metavar="JOBID",
-              help="A running Slurm job: on each of its nodes (srun --overlap), the ranks "
-                   "among the processes Slurm tracks for it.")
+@job_target_options
 @click.option("--out", "out", type=click.Path(path_type=Path), default=None,
               help="Run directory to save the dumps in (stacks/rankNNNNN.json; `ddiag "
                    "analyze` reads them). Default: $DDIAG_RUN_DIR or runs/stacks-<time>.")

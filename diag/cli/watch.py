@@ -8,19 +8,13 @@ from pathlib import Path
 
 import click
 
-from diag.cli.options import Seconds
+from diag.cli.options import Seconds, job_target_options
 from diag.cli.output import emit_json, fail, say
 
 
 @click.command()
 @click.argument("run_dir", type=click.Path(path_type=Path), required=False)
-@click.option("--pid", "pid", type=int, default=None,
-              help="Watch the job under this pid instead (its launcher, e.g. torchrun's "
-                   "agent, or a rank): for jobs that do not use the decorator. Dumps and "
-                   "watch.json go to RUN_DIR (default: runs/watch-<time>).")
-@click.option("--slurm-job", "slurm_job", default=None, metavar="JOBID",
-              help="Watch this running Slurm job instead, on every node (srun --overlap): "
-                   "like --pid, for jobs that do not use the decorator.")
+@job_target_options
 @click.option("--stall", "stall_s", type=Seconds(), default=60.0, show_default=True,
               help="Seconds without progress on any rank before a hang is considered.")
 @click.option("--kill", is_flag=True, help="End the job once a hang is captured.")

@@ -1,5 +1,6 @@
-"""ddiag stacks --slurm-job and watch on the lab: a plain 2-node DDP job under Slurm (it
-imports nothing of ddiag) whose rank 1, on node2, is stuck in its DataLoader."""
+"""ddiag stacks --slurm-job and watch --slurm-job on the lab: a plain DDP job of 4 nodes x 2
+ranks under Slurm (it imports nothing of ddiag) whose rank 5, the second rank of the third
+node, is stuck in its DataLoader."""
 
 from __future__ import annotations
 
@@ -28,14 +29,20 @@ def _stacks(env: dict, job: str, out) -> tuple[int, dict | None]:
     return res.returncode, json.loads(res.stdout)
 
 
-def test_stacks_of_a_slurm_job_name_the_rank_stuck_on_another_node(session_lab, tmp_path):
-    env = {**lab_env(SESSION_LAB), "GLOO_SOCKET_IFNAME": "eth0"}
-    node_cmd = (f"exec {TORCHRUN} --nnodes 2 --nproc-per-node 1 --node-rank $SLURM_NODEID "
+def _plain_job(env: dict, name: str, steps: int, stuck_step: int) -> subprocess.Popen:
+    """The plain DDP script on 4 nodes x 2 ranks, rank 5 stuck in its DataLoader."""
+    node_cmd = (f"exec {TORCHRUN} --nnodes 4 --nproc-per-node 2 --node-rank $SLURM_NODEID "
                 f"--master-addr $({FIRST_NODE}) --master-port {free_port()} "
-                f"{PLAIN} --steps 200 --stuck-rank 1 --stuck-step 3")
-    job = subprocess.Popen(["srun", "--time=3", "-J", "stacks-stuck", "-N2", "-n2", "bash",
-                            "-c", node_cmd], env=env, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, start_new_session=True)
+                f"{PLAIN} --steps {steps} --stuck-rank 5 --stuck-step {stuck_step}")
+    return subprocess.Popen(["srun", "--time=3", "-J", name, "-N4", "-n4", "bash", "-c",
+                             node_cmd], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def test_stacks_of_a_slurm_job_name_the_rank_stuck_on_another_node(session_lab, tmp_path):
+    # 8 ranks on the lab's 4 nodes (2 cores in all): the wait below is generous
+    env = {**lab_env(SESSION_LAB), "GLOO_SOCKET_IFNAME": "eth0"}
+    job = _plain_job(env, "stacks-stuck", steps=200, stuck_step=3)
     try:
         jid = running(job_id(env, "stacks-stuck"), env)
         deadline, last, doc = time.monotonic() + 120, None, None
@@ -51,10 +58,10 @@ def test_stacks_of_a_slurm_job_name_the_rank_stuck_on_another_node(session_lab, 
         job.kill()
         job.wait()
     assert doc is not None and code == 1, doc
-    first, second = sorted({r["host"] for r in doc["ranks"]})
-    assert doc["captured"] == 2
+    nodes = sorted({r["host"] for r in doc["ranks"]})
+    assert doc["captured"] == 8 and len(nodes) == 4
     finding = doc["finding"]
-    assert finding["culprit"]["ranks"] == [1] and finding["culprit"]["hosts"] == [second]
+    assert finding["culprit"]["ranks"] == [5] and finding["culprit"]["hosts"] == [nodes[2]]
     assert "_try_get_data" in finding["title"]
 
 
@@ -70,12 +77,7 @@ def test_stacks_refuses_a_job_that_is_not_running(session_lab):
 
 def test_watch_slurm_job_names_the_stuck_rank_and_cancels_the_job(session_lab, tmp_path):
     env = {**lab_env(SESSION_LAB), "GLOO_SOCKET_IFNAME": "eth0"}
-    node_cmd = (f"exec {TORCHRUN} --nnodes 2 --nproc-per-node 1 --node-rank $SLURM_NODEID "
-                f"--master-addr $({FIRST_NODE}) --master-port {free_port()} "
-                f"{PLAIN} --steps 400 --stuck-rank 1 --stuck-step 5")
-    job = subprocess.Popen(["srun", "--time=3", "-J", "watch-plain", "-N2", "-n2", "bash",
-                            "-c", node_cmd], env=env, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, start_new_session=True)
+    job = _plain_job(env, "watch-plain", steps=400, stuck_step=5)
     try:
         jid = running(job_id(env, "watch-plain"), env)
         res = run([sys.executable, "-m", "diag.cli", "watch", str(tmp_path / "w"),
@@ -95,10 +97,10 @@ def test_watch_slurm_job_names_the_stuck_rank_and_cancels_the_job(session_lab, t
     doc = json.loads(res.stdout)
     finding = doc["alarm"]["finding"]
     hosts = doc["target"]["nodes"]
-    assert finding["culprit"]["ranks"] == [1] and finding["culprit"]["hosts"] == [hosts[1]]
+    assert finding["culprit"]["ranks"] == [5] and finding["culprit"]["hosts"] == [hosts[2]]
     assert doc["alarm"]["detected_at"] - doc["alarm"]["stalled_since"] <= 8 + 10
     assert {c["host"] for c in doc["captures"] if c["path"]} == set(hosts)
-    assert doc["killed"] == [0, 1]
+    assert doc["killed"] == list(range(8))
     state = subprocess.run(["squeue", "-h", "-j", jid, "-o", "%t"], capture_output=True,
                            text=True, env=env).stdout.strip()
     assert state in ("", "CG"), state  # cancelled: gone, or completing
