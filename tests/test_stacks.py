@@ -286,3 +286,24 @@ def test_a_spinning_rank_waiting_in_a_collective_is_no_progress() -> None:
     w.observe(ref, 100.0)
     alarm = w.observe(spin, 110.5)
     assert alarm is not None and alarm.finding.culprit.ranks == (1,)
+
+
+@pytest.mark.slow
+def test_watch_pid_on_a_decorated_job_agrees_with_its_heartbeats(tmp_path: Path) -> None:
+    # the decorated hang program: the heartbeat watcher names rank 1 (tests/test_watch.py);
+    # watched from outside by --pid, the same rank must come out
+    hang = REPO / "tests" / "programs" / "hang_ddp.py"
+    job = subprocess.Popen(torchrun_cmd(2, hang, "--out", str(tmp_path / "run"), "--hang-rank",
+                                        "1", "--hang-step", "30"),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           env=quiet_env(), start_new_session=True)
+    try:
+        res = run([sys.executable, "-m", "diag.cli", "watch", str(tmp_path / "w"), "--pid",
+                   str(job.pid), "--stall", "6", "--kill", "--timeout", "120", "--json"],
+                  timeout=180)
+    finally:
+        kill_tree(job)
+    doc = json.loads(res.stdout)
+    assert res.returncode == 1, res.stderr[-2000:]
+    assert doc["alarm"]["finding"]["culprit"]["ranks"] == [1]
+    assert doc["verdict"]["culprit"]["ranks"] == [1]  # analyze of the run dir and dumps
