@@ -165,7 +165,9 @@ def run_stage(cfg: ScaleTestConfig, stage: int, status: Callable[[str], None]) -
     what = "running the command" if cfg.command else f"training {cfg.mode}"
     status(f"stage {stage}: {what} on {run.world_size} rank(s)")
     # a command's ranks on this host are sampled; on Slurm they run on other nodes
-    tally = BusyTally() if cfg.command and cfg.launcher == "local" else None
+    # a command without the decorator is watched by its stacks, here or on the job's nodes
+    sampled = cfg.command and (cfg.launcher == "local" or cfg.slurm_job_id)
+    tally = BusyTally() if sampled else None
     outcome, hang = run_trainer(cfg, stage, run.run_dir, status, tally)
     run.steps.append(outcome)
     if tally is not None:

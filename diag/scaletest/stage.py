@@ -202,9 +202,9 @@ def run_trainer(cfg: ScaleTestConfig, stage: int, run_dir: Path,
                 status: Callable[[str], None], tally: BusyTally | None = None
                 ) -> tuple[StepOutcome, dict | None]:
     """The trainer (or the command) with the hang watcher beside it; a hang or a timeout
-    ends the stage. A command on this host is watched from outside (its stacks sampled,
-    each round into ``tally``); the reference trainer, and a command on Slurm (whose
-    ranks run on other nodes), by the decorator's heartbeats."""
+    ends the stage. A command is watched from outside (its stacks sampled, each round
+    into ``tally``): under the launched torchrun here, on every node of the allocation
+    under Slurm; the reference trainer by the decorator's heartbeats."""
     start = time.monotonic()
     log_dir = run_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -230,7 +230,7 @@ def run_trainer(cfg: ScaleTestConfig, stage: int, run_dir: Path,
 
 
 def _watcher(run_dir, cfg, proc, hang: dict, status, tally) -> threading.Thread:
-    if cfg.command and cfg.launcher == "local":
+    if cfg.command and (cfg.launcher == "local" or cfg.slurm_job_id):
         return threading.Thread(target=_watch_sampled_into, daemon=True,
                                 args=(run_dir, cfg, proc, hang, status, tally))
     from diag.watch.loop import watch
@@ -251,14 +251,23 @@ def _watch_into(watch, run_dir, cfg, proc, hang: dict, status) -> None:
 
 def _watch_sampled_into(run_dir, cfg, proc, hang: dict, status, tally) -> None:
     """The watcher for a job without heartbeats: stacks and CPU time of the ranks under
-    the launched torchrun; on a hang their stacks land in the stage's stacks/."""
+    the launched torchrun, or, under Slurm, of the ranks in the allocation the stage is a
+    step of (on every node); on a hang their stacks land in the stage's stacks/."""
     from diag.watch.sampled import watch_pid
+    from diag.watch.slurmstacks import SlurmJobError
+    from diag.watch.slurmwatch import watch_job
 
-    result = watch_pid(proc.pid, run_dir, cfg.stall_s, sample_s=cfg.sample_s,
-                       timeout_s=cfg.stage_timeout_s, status=lambda line: None,
-                       on_sample=tally.add if tally is not None else None,
-                       stop=lambda: proc.poll() is not None,
-                       progress=lambda: _output_size(run_dir / "logs"))
+    hooks = dict(sample_s=cfg.sample_s, timeout_s=cfg.stage_timeout_s,
+                 status=lambda line: None, on_sample=tally.add if tally is not None else None,
+                 stop=lambda: proc.poll() is not None,
+                 progress=lambda: _output_size(run_dir / "logs"))
+    try:
+        result = watch_pid(proc.pid, run_dir, cfg.stall_s, **hooks) \
+            if cfg.launcher == "local" else watch_job(cfg.slurm_job_id, run_dir, cfg.stall_s,
+                                                      **hooks)
+    except SlurmJobError as exc:  # the allocation went away under the stage
+        status(f"watcher: {exc}")
+        return
     if result.alarm is not None:
         hang["doc"] = result.to_json()
         status(f"hang: {result.alarm.reason}; ending the stage")

@@ -32,9 +32,14 @@ START_S = 120.0  # how long the sampling step may take to report its first line
 def watch_job(job_id: str, run_dir: Path, stall_s: float = 60.0, *, kill: bool = False,
               sample_s: float | None = None, timeout_s: float | None = None,
               same_point_s: float | None = None,
-              status: Callable[[str], None] = lambda _: None) -> SampledWatchResult:
-    """Watch the job until a hang (then respond), the job ending, or ``timeout_s``.
-    Raises slurmstacks.SlurmJobError when the job is not running."""
+              status: Callable[[str], None] = lambda _: None,
+              on_sample: Callable[[dict], None] | None = None,
+              stop: Callable[[], bool] = lambda: False,
+              progress: Callable[[], object] | None = None) -> SampledWatchResult:
+    """Watch the job until a hang (then respond), the job ending, ``stop()``, or
+    ``timeout_s``; ``on_sample``, ``stop`` and ``progress`` as for sampled.watch_pid (a
+    scale-test stage is one step of the job it watches). Raises slurmstacks.SlurmJobError
+    when the job is not running."""
     sample_s = sample_s or min(15.0, max(1.0, stall_s / 6))
     nodes = job_nodes(job_id)
     result = SampledWatchResult({"slurm_job": job_id, "nodes": nodes}, Path(run_dir))
@@ -46,8 +51,10 @@ def watch_job(job_id: str, run_dir: Path, stall_s: float = 60.0, *, kill: bool =
     latest: dict[str, dict] = {}
     reader = threading.Thread(target=_read, args=(step, latest), daemon=True)
     reader.start()
+    hooks = _Hooks(sample_s, on_sample, stop, progress)
     try:
-        _loop(result, step, latest, SampleWatcher(stall_s, same_point_s), timeout_s, status)
+        _loop(result, step, latest, SampleWatcher(stall_s, same_point_s), timeout_s, status,
+              hooks)
     finally:
         stop_group(step, grace_s=2.0)
     if result.alarm is not None:
@@ -56,13 +63,32 @@ def watch_job(job_id: str, run_dir: Path, stall_s: float = 60.0, *, kill: bool =
     return result
 
 
+class _Hooks:
+    """What a caller (scale-test's stage) adds to the watch: a round of stacks every
+    ``sample_s`` for its tally, a stop of its own, a progress reading."""
+
+    def __init__(self, sample_s: float, on_sample, stop, progress) -> None:
+        self.sample_s, self.on_sample, self.stop, self.progress = sample_s, on_sample, stop, \
+            progress
+        self.next_round = time.monotonic() + sample_s
+
+    def round(self, samples: dict[int, Sample]) -> None:
+        if self.on_sample is not None and samples and time.monotonic() >= self.next_round:
+            self.on_sample({r: s.stack for r, s in samples.items()})
+            self.next_round = time.monotonic() + self.sample_s
+
+
 def _loop(result: SampledWatchResult, step: subprocess.Popen, latest: dict,
           watcher: SampleWatcher, timeout_s: float | None,
-          status: Callable[[str], None]) -> None:
+          status: Callable[[str], None], hooks: _Hooks) -> None:
     start = time.monotonic()
     deadline = start + timeout_s if timeout_s is not None else float("inf")
     seen_t: dict[str, float] = {}
+    mark = None
     while time.monotonic() < deadline:
+        if hooks.stop():
+            result.ended = "job finished"
+            return
         if step.poll() is not None:
             result.ended = "job finished" if latest else "the sampling step ended: is ddiag " \
                                                         "installed at this path on the nodes?"
@@ -76,6 +102,10 @@ def _loop(result: SampledWatchResult, step: subprocess.Popen, latest: dict,
             status(f"{len(ranks)} rank(s) on {len(latest)} node(s)")
         result.samples += sum(1 for h, d in latest.items() if seen_t.get(h) != d["t"])
         seen_t = {h: d["t"] for h, d in latest.items()}
+        hooks.round(samples)
+        if hooks.progress is not None and (now_mark := hooks.progress()) != mark:
+            watcher.reset()  # the job printed: it moves, whatever its stacks show
+            mark = now_mark
         alarm = watcher.observe(samples, time.time()) if samples else None
         if alarm is not None:
             result.alarm = alarm

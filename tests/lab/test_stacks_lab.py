@@ -104,3 +104,19 @@ def test_watch_slurm_job_names_the_stuck_rank_and_cancels_the_job(session_lab, t
     state = subprocess.run(["squeue", "-h", "-j", jid, "-o", "%t"], capture_output=True,
                            text=True, env=env).stdout.strip()
     assert state in ("", "CG"), state  # cancelled: gone, or completing
+
+
+def test_scale_test_of_a_plain_command_names_the_slow_rank_on_the_lab(session_lab, tmp_path):
+    # stage 1: 2 ranks on one node; stage 2: 4 ranks on two, rank 3 sleeps 150 ms a step
+    env = {**lab_env(SESSION_LAB), "GLOO_SOCKET_IFNAME": "eth0"}
+    res = run([sys.executable, "-m", "diag.cli", "scale-test", "--launcher", "slurm",
+               "--stages", "1,2", "--nproc-per-node", "2", "--no-probes", "--no-check-env",
+               "--out", str(tmp_path / "st"), "--json", "--metric",
+               r"(\d+(?:\.\d+)?) samples/s", "--", str(PLAIN), "--steps", "80",
+               "--slow-rank", "3", "--slow-ms", "150"], timeout=400, env=env)
+    assert res.returncode == 1, res.stderr[-3000:]
+    doc = json.loads(res.stdout)
+    assert doc["cliff_stage"] == 2, doc["verdict"]
+    top = doc["results"][1]["findings"][0]
+    assert top["category"] == "straggler" and top["culprit"]["ranks"] == [3], top
+    assert "rank 3" in doc["verdict"]
