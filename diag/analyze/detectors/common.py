@@ -270,7 +270,7 @@ def nccl_launch_incompatible(sig: Signal, idx: SignalIndex) -> bool:
 
 TORCH_ONE_DEVICE = (2, 3)
 NCCL_ONE_DEVICE = (2, 13)
-_VERSION_CORE = re.compile(r"\d+(?:\.\d+){1,2}")
+VERSION_CORE = re.compile(r"\d+(?:\.\d+){1,2}")  # "2.18.3" of "2.18.3+cuda12.2"
 
 
 def versions_fit_one_device(idx: SignalIndex) -> bool:
@@ -286,7 +286,7 @@ def versions_fit_one_device(idx: SignalIndex) -> bool:
 
 def release(version) -> tuple[int, ...] | None:
     """(major, minor) of "2.12.10+cuda11.6" or "2.3.1"; None when unreadable."""
-    m = _VERSION_CORE.search(str(version or ""))
+    m = VERSION_CORE.search(str(version or ""))
     return tuple(int(p) for p in m.group(0).split(".")[:2]) if m else None
 
 

@@ -11,7 +11,6 @@ never merged, when the job died before rank 0 reported).
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 
 from diag import fixes
@@ -19,7 +18,7 @@ from diag.analyze.catalog import implied
 from diag.analyze.detectors.common import (SignalIndex, bare_address, classify_address,
                                            earliest, env_values, index, is_ip, make,
                                            multi_node, nccl_launch_incompatible, release,
-                                           NCCL_ONE_DEVICE, TORCH_ONE_DEVICE)
+                                           NCCL_ONE_DEVICE, TORCH_ONE_DEVICE, VERSION_CORE)
 from diag.analyze.inputs import Inputs
 from diag.analyze.signals import Signal
 from diag.checkenv.rendezvous import check_rendezvous
@@ -40,7 +39,6 @@ _CONFIDENCE = {"netmask": 0.9, "wildcard": 0.85, "unresolvable": 0.85, "loopback
 _FAILURE_KINDS = ("watchdog_timeout", "exception", "nccl_error", "nccl_warn", "gloo_error",
                   "elastic_failure", "store_connect_failed", "store_connect_timeout")
 # "2.18.5+cuda12.2" -> "2.18.5": the comparable part of a version
-_VERSION_CORE = re.compile(r"\d+(?:\.\d+){1,2}")
 
 # Fixes check-env gives too come from diag.fixes; "{var}"-style fields are filled in below.
 _FIX_ADDR = "MASTER_ADDR resolves to {addr}, {why}. " + fixes.sentence(fixes.MASTER_ADDR_HOST)
@@ -323,7 +321,7 @@ def _version_spread(comp: str, sigs: list[Signal], failing: bool) -> Finding | N
     owners: dict[str, set] = defaultdict(set)
     by_version: dict[str, list[Signal]] = defaultdict(list)
     for s in sigs:
-        m = _VERSION_CORE.search(str(s.fields.get("version", "")))
+        m = VERSION_CORE.search(str(s.fields.get("version", "")))
         if m:
             owners[_owner(s)].add(m.group(0))
             by_version[m.group(0)].append(s)
