@@ -155,16 +155,34 @@ def pyspy_argv(pid: int) -> list[str]:
     return [spy, "dump", "--pid", str(pid), "--json"]
 
 
+def pyspy_failure(returncode: int, stderr: str) -> str:
+    """What a failed py-spy run says, with the fix when it lacked ptrace rights."""
+    hint = (" (py-spy needs ptrace rights: run as root, or add SYS_PTRACE to the "
+            "container)" if "ermission" in stderr else "")
+    return f"py-spy exit {returncode}: {stderr.strip()[:300]}{hint}"
+
+
+def pyspy_dump(pid: int, nonblocking: bool = False) -> tuple[str | None, str | None]:
+    """``py-spy dump --json`` of a process on this host, already verified by the caller:
+    (its JSON text, None) or (None, why not). ``nonblocking`` reads the process's memory
+    without stopping it."""
+    argv = [*pyspy_argv(pid), *(["--nonblocking"] if nonblocking else [])]
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=PYSPY_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"py-spy: {exc}"
+    if res.returncode != 0:
+        return None, pyspy_failure(res.returncode, res.stderr)
+    return res.stdout, None
+
+
 def capture_stack(gate: Gate, beat: RankBeat) -> Capture:
     """``py-spy dump --json`` of one verified rank into RUN_DIR/stacks/rankNNNNN.json."""
     res, why = gate.run(beat, "stack", pyspy_argv(beat.pid))
     if res is None:
         return Capture(beat.rank, None, why)
     if res.returncode != 0:
-        hint = (" (py-spy needs ptrace rights: run as root, or add SYS_PTRACE to the "
-                "container)" if "ermission" in res.stderr else "")
-        return Capture(beat.rank, None, f"py-spy exit {res.returncode}: "
-                                        f"{res.stderr.strip()[:300]}{hint}")
+        return Capture(beat.rank, None, pyspy_failure(res.returncode, res.stderr))
     out = RunDir(gate.run_dir).path("stacks", beat.rank, ".json")
     write_replacing(out, res.stdout)
     return Capture(beat.rank, out, None)
@@ -195,7 +213,8 @@ def request_fr_dumps(gate: Gate, beats: dict[int, RankBeat]) -> list[int]:
                                          "only Flight Recorder signal ddiag sends")
             continue
         if local(beat):
-            if gate.verified_here(beat, "fr_dump") is None and _signal(beat.pid, signal.SIGUSR1):
+            if gate.verified_here(beat, "fr_dump") is None and \
+                    signal_pid(beat.pid, signal.SIGUSR1):
                 sent.append(rank)
             continue
         res, _ = gate.run(beat, "fr_dump", ["kill", f"-{FR_SIGNAL[3:]}", str(beat.pid)])
@@ -218,7 +237,7 @@ def end_job(gate: Gate, beats: dict[int, RankBeat], grace_s: float = STOP_GRACE_
     def send(signum: int) -> None:
         for pid, began in pids.values():
             if began is not None and verify.start_ticks(pid) == began:
-                _signal(pid, signum)
+                signal_pid(pid, signum)
 
     def ended(seconds: float | None) -> bool:
         deadline = time.monotonic() + (float("inf") if seconds is None else seconds)
@@ -232,7 +251,8 @@ def end_job(gate: Gate, beats: dict[int, RankBeat], grace_s: float = STOP_GRACE_
     return sorted(pids)
 
 
-def _signal(pid: int, signum: int) -> bool:
+def signal_pid(pid: int, signum: int) -> bool:
+    """Send ``signum`` to one verified process; False when it is gone or not ours."""
     if type(pid) is not int or pid <= 1:  # a group, every process, or init: never
         raise ValueError(f"refusing to signal pid {pid!r}")
     try:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ from diag.format import schema
 from diag.launch import STOP_GRACE_S, stop
 from diag.verdict import Finding
 from diag.watch import discover
-from diag.watch.capture import PYSPY_TIMEOUT_S, pyspy_argv, write_replacing
+from diag.watch.capture import pyspy_dump, signal_pid, write_replacing
 from diag.watch.stacks import StackCapture, capture, grouped
 
 CPU_MOVING = 0.2  # of one core, averaged since the stall began: a waiting rank uses ~0
@@ -157,11 +156,10 @@ def sample_stack(proc: discover.RankProcess) -> stackgroups.Stack | None:
     """The rank's main-thread stack read without stopping it (``--nonblocking``)."""
     if not discover.still_rank(proc):
         return None
+    dump, _ = pyspy_dump(proc.pid, nonblocking=True)
     try:
-        res = subprocess.run([*pyspy_argv(proc.pid), "--nonblocking"], capture_output=True,
-                             text=True, timeout=PYSPY_TIMEOUT_S)
-        doc = json.loads(res.stdout) if res.returncode == 0 else None
-    except (OSError, subprocess.TimeoutExpired, ValueError):
+        doc = json.loads(dump) if dump is not None else None
+    except ValueError:
         return None
     return stackgroups.from_pyspy(doc, proc.rank, "", proc.host) if doc else None
 
@@ -268,7 +266,7 @@ def end_ranks(procs: list[discover.RankProcess], grace_s: float = STOP_GRACE_S) 
     def send(signum: int) -> None:
         for p in procs:
             if discover.still_rank(p):
-                _signal(p.pid, signum)
+                signal_pid(p.pid, signum)
 
     def ended(seconds: float | None) -> bool:
         deadline = time.monotonic() + (float("inf") if seconds is None else seconds)
@@ -281,7 +279,7 @@ def end_ranks(procs: list[discover.RankProcess], grace_s: float = STOP_GRACE_S) 
     stop(send, ended, grace_s, kill_wait_s=5.0)
     for pid, began in forks:
         if (discover.proc_stat(pid) or [None] * 20)[19] == began:
-            _signal(pid, signal.SIGKILL)
+            signal_pid(pid, signal.SIGKILL)
     return [p.rank for p in procs]
 
 
@@ -295,11 +293,3 @@ def _forks(proc: discover.RankProcess) -> list[tuple[int, str]]:
             out.append((pid, stat[19]))
     return out
 
-
-def _signal(pid: int, signum: int) -> None:
-    if type(pid) is not int or pid <= 1:
-        raise ValueError(f"refusing to signal pid {pid!r}")
-    try:
-        os.kill(pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -24,7 +24,7 @@ from pathlib import Path
 from diag.format.rundir import RunDir
 from diag.launch import expand_nodelist
 from diag.watch import discover
-from diag.watch.capture import PYSPY_TIMEOUT_S, pyspy_argv, write_replacing
+from diag.watch.capture import PYSPY_TIMEOUT_S, pyspy_dump, write_replacing
 from diag.watch.stacks import StackCapture, write_record
 
 JOB_ID = re.compile(r"\d{1,12}(?:_\d{1,9})?")
@@ -107,14 +107,11 @@ def _dump(proc: discover.RankProcess) -> dict:
     row = proc.to_json()
     if not discover.still_rank(proc):
         return {**row, "dump": None, "error": f"pid {proc.pid} is no longer rank {proc.rank}"}
+    dump, why = pyspy_dump(proc.pid)
     try:
-        res = subprocess.run(pyspy_argv(proc.pid), capture_output=True, text=True,
-                             timeout=PYSPY_TIMEOUT_S)
-        if res.returncode == 0:
-            return {**row, "dump": json.loads(res.stdout)}
-        return {**row, "dump": None, "error": f"py-spy exit {res.returncode}: "
-                                              f"{res.stderr.strip()[:300]}"}
-    except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
+        return {**row, "dump": json.loads(dump)} if dump is not None else \
+            {**row, "dump": None, "error": why}
+    except ValueError as exc:
         return {**row, "dump": None, "error": f"py-spy: {exc}"}
 
 

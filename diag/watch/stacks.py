@@ -10,7 +10,6 @@ says which pid was which rank and what could not be captured.
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from diag.analyze import stackgroups
 from diag.format import schema
 from diag.format.rundir import RunDir
 from diag.verdict import Finding
-from diag.watch.capture import PYSPY_TIMEOUT_S, pyspy_argv, write_replacing
+from diag.watch.capture import pyspy_dump, write_replacing
 from diag.watch.discover import RankProcess, still_rank
 
 CAPTURE_SCHEMA = 1
@@ -50,18 +49,11 @@ def capture_one(proc: RankProcess, run_dir: Path) -> StackCapture:
     if not still_rank(proc):
         return StackCapture(proc, None, f"pid {proc.pid} is no longer rank {proc.rank} "
                                         "(it exited, or its pid was reused): not traced")
-    try:
-        res = subprocess.run(pyspy_argv(proc.pid), capture_output=True, text=True,
-                             timeout=PYSPY_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return StackCapture(proc, None, f"py-spy: {exc}")
-    if res.returncode != 0:
-        hint = (" (py-spy needs ptrace rights: run as root, or add SYS_PTRACE to the "
-                "container)" if "ermission" in res.stderr else "")
-        return StackCapture(proc, None, f"py-spy exit {res.returncode}: "
-                                        f"{res.stderr.strip()[:300]}{hint}")
+    dump, why = pyspy_dump(proc.pid)
+    if dump is None:
+        return StackCapture(proc, None, why)
     path = RunDir(run_dir).path("stacks", proc.rank, ".json")
-    write_replacing(path, res.stdout)
+    write_replacing(path, dump)
     return StackCapture(proc, path, None)
 
 
