@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from diag.verdict import Evidence
 
@@ -73,10 +75,10 @@ def scalar_text(value) -> str | None:
     return str(value) if isinstance(value, (str, int, float)) else None
 
 
-def fr_ops(entries: list, rank: int, path: str) -> list[CollOp]:
-    """A dump's non-p2p entries as rows, in record order; the dicts can then be freed."""
-    return [from_fr_entry(rank, e, path, i) for i, e in enumerate(entries)
-            if isinstance(e, dict) and not e.get("is_p2p")]
+def fr_ops(entries: list, rank: int, path: str) -> "OpTable":
+    """A dump's non-p2p entries as a table, in record order; the dicts can then be freed."""
+    return make_table(rank, path, [from_fr_entry(e, i) for i, e in enumerate(entries)
+                                   if isinstance(e, dict) and not e.get("is_p2p")])
 
 
 # Ops whose output size is checked against their input (see detectors.mismatch).
@@ -86,16 +88,17 @@ SIZE_RULED_OPS = frozenset({"all_gather_into_tensor", "all_gather_single", "_all
 _op_names: dict[str, str] = {}
 
 
-def from_fr_entry(rank: int, e: dict, path: str, index: int) -> CollOp:
-    """Fast path for entries shaped as torch writes them; anything else goes through the
-    checked path, which tolerates every field being missing or of the wrong type."""
+def from_fr_entry(e: dict, index: int) -> tuple:
+    """One entry as ``COLUMNS`` cells. Fast path for entries shaped as torch writes them;
+    anything else goes through the checked path, which tolerates every field being
+    missing or of the wrong type."""
     try:
-        return _well_formed_entry(rank, e, path, index)
+        return _well_formed_entry(e, index)
     except (KeyError, TypeError, IndexError, ValueError, AttributeError):
-        return _checked_entry(rank, e, path, index)
+        return _checked_entry(e, index)
 
 
-def _well_formed_entry(rank: int, e: dict, path: str, index: int) -> CollOp:
+def _well_formed_entry(e: dict, index: int) -> tuple:
     name, pg, dtypes = e["profiling_name"], e["process_group"][0], e["input_dtypes"]
     # str() of a nested list is as long as the list unfolds: only text is taken as text.
     if type(name) is not str or type(pg) is not str or (dtypes and type(dtypes[0]) is not str):
@@ -108,10 +111,8 @@ def _well_formed_entry(rank: int, e: dict, path: str, index: int) -> CollOp:
     if type(seq) is not int or type(created) is not int:
         raise TypeError("not as torch writes it")
     done = e["state"] == "completed" or e["retired"] is True
-    return CollOp(rank, pg, seq, op, numel,
-                  _numel(e.get("output_sizes")) if op in SIZE_RULED_OPS else None,
-                  dtypes[0] if dtypes else None, None, DONE if done else PENDING,
-                  created / 1e9, path, None, entry=index)
+    return (pg, seq, op, numel, _numel(e.get("output_sizes")) if op in SIZE_RULED_OPS else None,
+            dtypes[0] if dtypes else None, None, done, created / 1e9, None, None, index, None)
 
 
 def _prod(dims) -> int:
@@ -120,18 +121,17 @@ def _prod(dims) -> int:
     return math.prod(map(int.__index__, dims))
 
 
-def _checked_entry(rank: int, e: dict, path: str, index: int) -> CollOp:
+def _checked_entry(e: dict, index: int) -> tuple:
     name = scalar_text(e.get("profiling_name")) or "?"
     op = sys.intern(name.split(":", 1)[-1])
     pg = e.get("process_group")
     pg = pg if isinstance(pg, (list, tuple)) and pg else ("", "")
     done = e.get("state") == "completed" or bool(e.get("retired"))
     created = e.get("time_created_ns")
-    return CollOp(rank, scalar_text(pg[0]) or "", as_int(e.get("collective_seq_id")), op,
-                  _numel(e.get("input_sizes")), _numel(e.get("output_sizes")),
-                  scalar_text(_first(e.get("input_dtypes"))), None, DONE if done else PENDING,
-                  created / 1e9 if number(created) is not None else None,
-                  path, None, entry=index)
+    return (scalar_text(pg[0]) or "", as_int(e.get("collective_seq_id")), op,
+            int_or_none(_numel(e.get("input_sizes"))), int_or_none(_numel(e.get("output_sizes"))),
+            scalar_text(_first(e.get("input_dtypes"))), None, done,
+            created / 1e9 if number(created) is not None else None, None, None, index, None)
 
 
 def _numel(sizes) -> int | None:
@@ -149,3 +149,153 @@ def _first(values):
     return values[0] if isinstance(values, list) and values else None
 
 
+
+
+# =======================================================================================
+# Columns: one rank's collectives of one source as arrays, not as 10^6 objects.
+
+NO_INT = -(2**63)  # an integer column's "not known" (None), below any real value
+_INT_MAX = 2**63 - 1
+
+
+def int_or_none(value) -> int:
+    """An integer column's cell: the value, or NO_INT for a missing, non-integer or
+    out-of-range one (an int64 holds any real numel, seq or step)."""
+    if type(value) is int and NO_INT < value <= _INT_MAX:
+        return value
+    if type(value) is float and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    return NO_INT
+
+
+def float_or_nan(value) -> float:
+    return float(value) if type(value) in (int, float) else math.nan
+
+
+COLUMNS = ("group", "seq", "op", "in_numel", "out_numel", "dtype", "group_size", "done",
+           "t", "step", "line", "entry", "dur_s")
+
+
+def make_table(rank: int, file: str, rows: list[tuple]) -> "OpTable":
+    """A table from rows of ``COLUMNS`` values (strings, ints, floats or None).
+
+    Strings (group, op, dtype) become small integer codes into the table's lists: a run
+    has a handful of each. Whole columns convert at C speed; only a column holding a
+    None or an odd value is converted cell by cell."""
+    cols = list(zip(*rows)) if rows else [()] * len(COLUMNS)
+    group, seq, op, in_numel, out_numel, dtype, group_size, done, t, step, line, entry, \
+        dur_s = cols
+    (group, group_names), (op, op_names), (dtype, dtype_names) = (
+        _coded(group), _coded(op), _coded(dtype))
+    return OpTable(rank, file, group_names, op_names, dtype_names, group, _ints(seq, 0), op,
+                   _ints(in_numel), _ints(out_numel), dtype, _ints(group_size),
+                   np.array(done, bool), _floats(t), _ints(step), _ints(line), _ints(entry),
+                   _floats(dur_s))
+
+
+def _coded(texts) -> tuple[np.ndarray, list]:
+    codes: dict = {None: -1}
+    column = [codes.setdefault(x, len(codes) - 1) for x in texts]
+    del codes[None]
+    return np.array(column, np.int32), list(codes)
+
+
+def _ints(values, default: int = NO_INT) -> np.ndarray:
+    if values and values.count(None) == len(values):  # a column no row has (entry, in logs)
+        return np.full(len(values), default, np.int64)
+    try:
+        return np.array(values, np.int64)
+    except (TypeError, ValueError, OverflowError):
+        cells = [int_or_none(v) for v in values]
+        return np.array([default if c == NO_INT else c for c in cells], np.int64)
+
+
+def _floats(values) -> np.ndarray:
+    try:  # None becomes NaN
+        return np.array(values, np.float64)
+    except (TypeError, ValueError, OverflowError):
+        return np.array([float_or_nan(v) for v in values], np.float64)
+
+
+@dataclass(slots=True, eq=False)
+class OpTable:
+    """One rank's non-p2p collectives from one source, in record order, as columns.
+
+    Integer cells that are not known hold NO_INT, times NaN, dtypes -1. ``row(i)`` gives
+    the ``CollOp`` of row ``i`` for the few rows a finding quotes; ``notes`` carries the
+    evidence text (and file) of rows that did not come from the table's file (a
+    heartbeat's pending collective)."""
+
+    rank: int
+    file: str
+    group_names: list
+    op_names: list
+    dtype_names: list
+    group: np.ndarray
+    seq: np.ndarray
+    op: np.ndarray
+    in_numel: np.ndarray
+    out_numel: np.ndarray
+    dtype: np.ndarray
+    group_size: np.ndarray
+    done: np.ndarray
+    t: np.ndarray
+    step: np.ndarray
+    line: np.ndarray
+    entry: np.ndarray
+    dur_s: np.ndarray
+    notes: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+    def row(self, i: int) -> CollOp:
+        file, note = self.notes.get(i, (self.file, ""))
+        dtype = int(self.dtype[i])
+        return CollOp(self.rank, self.group_names[self.group[i]], int(self.seq[i]),
+                      self.op_names[self.op[i]], _cell(self.in_numel[i]),
+                      _cell(self.out_numel[i]), self.dtype_names[dtype] if dtype >= 0 else None,
+                      _cell(self.group_size[i]), DONE if self.done[i] else PENDING,
+                      None if math.isnan(self.t[i]) else float(self.t[i]), file,
+                      _cell(self.line[i]), note, _cell(self.entry[i]), _cell(self.step[i]))
+
+    def rows(self) -> list[CollOp]:
+        return [self.row(i) for i in range(len(self))]
+
+    def appended(self, op: CollOp) -> "OpTable":
+        """This table with ``op`` as one more row (a heartbeat's pending collective)."""
+        extra = make_table(self.rank, op.file, [_cells(op)])
+        names = {kind: list(getattr(self, f"{kind}_names")) for kind in ("group", "op", "dtype")}
+        codes = {kind: _code_in(names[kind], getattr(extra, f"{kind}_names"),
+                                int(getattr(extra, kind)[0])) for kind in names}
+        cols = {name: np.concatenate((getattr(self, name), getattr(extra, name)))
+                for name in COLUMNS}
+        for kind, code in codes.items():
+            cols[kind][-1] = code
+        return OpTable(self.rank, self.file, names["group"], names["op"], names["dtype"],
+                       **cols, notes={**self.notes, len(self): (op.file, op.note)})
+
+
+def _code_in(names: list, extra_names: list, code: int) -> int:
+    """The code, in ``names`` (extended if need be), of ``extra_names[code]``."""
+    if code < 0:
+        return code
+    text = extra_names[code]
+    if text not in names:
+        names.append(text)
+    return names.index(text)
+
+
+def _cells(r: CollOp) -> tuple:
+    return (r.group, r.seq, r.op, r.in_numel, r.out_numel, r.dtype, r.group_size,
+            r.state == DONE, r.t, r.step, r.line, r.entry, None)
+
+
+def _cell(value) -> int | None:
+    value = int(value)
+    return None if value == NO_INT else value
+
+
+def ops_table(rows: list[CollOp], rank: int, file: str) -> OpTable:
+    """A table from rows (a source that is not read column by column)."""
+    return make_table(rank, file, [_cells(r) for r in rows])

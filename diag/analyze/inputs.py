@@ -11,19 +11,23 @@ from __future__ import annotations
 import functools
 import gc
 import json
+import multiprocessing
 import os
 import re
 import stat
+import threading
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from diag.format import schema
 from diag.analyze import paste
-from diag.analyze.collops import CollOp, fr_ops
+from diag.analyze.collops import OpTable, fr_ops
 from diag.analyze.docsize import DocumentTooLarge, expanded_size
+from diag.analyze.eventcols import read_compact
 from diag.analyze.safe_pickle import UnsafePickleError, loads_plain
 from diag.analyze.signals import Signal
-from diag.format.events import Problem, RankLog, read_events
+from diag.format.events import Problem, RankLog
 from diag.format.infile import NotRegularFile, file_kind, open_regular, reason
 
 SNIFF_BYTES = 4096
@@ -48,7 +52,15 @@ class Limits:
     doc_bytes: int = 512 * MB
     """A JSON document or pickle; a longer JSON file is read as text, a pickle skipped."""
     total_bytes: int = 1024 * MB
-    """Read across all files; files that no longer fit are not read."""
+    """Read across all files but event logs; files that no longer fit are not read."""
+    event_bytes: int = 8192 * MB
+    """Event logs read across all files: they are kept as columns, about a third of
+    their size (a 4096-rank x 1000-step run is 4 GB of them)."""
+    workers: int | None = None
+    """Processes that read event logs and pickles side by side (None: one per core)."""
+    parallel_bytes: int = 16 * MB
+    """Event logs and pickles below this many bytes in all are read in this process:
+    starting workers would cost more than it saves."""
     doc_nodes: int = 100_000
     doc_nodes_per_byte: int = 4
     """A document may unfold into ``doc_nodes + doc_nodes_per_byte * its bytes`` nodes:
@@ -68,12 +80,12 @@ class TextLog:
 @dataclass
 class FRDump:
     """One rank's Flight Recorder dump: torch's document without its entries, which are
-    kept only as compact rows (millions of dicts would not fit at 1024 ranks)."""
+    kept only as columns (millions of dicts would not fit at 1024 ranks)."""
 
     path: str
     rank: int | None
     doc: dict
-    ops: list[CollOp] = field(default_factory=list)
+    ops: OpTable | None = None
 
 
 @dataclass
@@ -180,20 +192,27 @@ def _linked_folder(path: Path, problems: list[Problem]) -> bool:
 
 
 class _Loader:
-    """Loads files into ``inputs`` while the byte budget lasts."""
+    """Loads files into ``inputs`` while the byte budget lasts. Event logs and pickles,
+    the bulk of a large run, are read by worker processes side by side (``jobs``) and
+    what they return is taken in file order."""
 
     def __init__(self, inputs: Inputs, limits: Limits) -> None:
         self.inputs, self.limits = inputs, limits
         self.left = limits.total_bytes
+        self.events_left = limits.event_bytes
         self.over_budget: list[str] = []
+        self.jobs: list[tuple[str, str, int]] = []  # (kind, path, size)
 
     def load_all(self, files: list[Path]) -> None:
         tree = _tree_of(Path(self.inputs.root))
         for file in files:
             self.load_guarded(file, tree)
+        for (kind, path, _), result in zip(self.jobs, run_jobs(self.jobs, self.limits)):
+            self.absorb(kind, path, result)
         if self.over_budget:
             self.problem(self.over_budget[0], f"the {_mb(self.limits.total_bytes)} cap "
-                         f"on bytes read in one analysis was reached: this file and "
+                         f"on bytes read in one analysis (event logs: "
+                         f"{_mb(self.limits.event_bytes)}) was reached: this file and "
                          f"{len(self.over_budget) - 1} more were not read; analyse one run "
                          "directory (or fewer files) at a time")
 
@@ -212,12 +231,16 @@ class _Loader:
         except Exception as exc:  # noqa: BLE001 - one bad file never stops the analysis
             self.problem(file, f"unreadable: {type(exc).__name__}: {exc}"[:300])
 
-    def take(self, file: Path, size: int) -> bool:
+    def take(self, file: Path, size: int, events: bool = False) -> bool:
         """Count ``size`` bytes against the analysis' budget, if they fit."""
-        if size > self.left:
+        left = self.events_left if events else self.left
+        if size > left:
             self.over_budget.append(str(file))
             return False
-        self.left -= size
+        if events:
+            self.events_left -= size
+        else:
+            self.left -= size
         return True
 
     def load_one(self, file: Path, size: int) -> None:
@@ -243,13 +266,8 @@ class _Loader:
             return False
         if not (isinstance(doc, dict) and doc.get("format") == schema.EVENTS):
             return False
-        if not self.take(file, size):
-            return True
-        segments, problems = read_events(file)
-        self.inputs.problems += problems
-        if segments and segments[-1].rank is not None:
-            self.inputs.events[segments[-1].rank] = segments[-1]
-            self.inputs.event_logs.append(segments[-1])
+        if self.take(file, size, events=True):
+            self.jobs.append(("events", str(file), size))
         return True
 
     def load_json(self, file: Path, size: int) -> bool:
@@ -267,38 +285,29 @@ class _Loader:
         except RecursionError:
             self.problem(file, "not loaded: JSON nested too deep to parse")
             return True
-        self.classify_bounded(file, doc, size)
+        self.absorb("doc", str(file), bounded_document(str(file), doc, size, self.limits))
         return True
 
     def load_pickle(self, file: Path, size: int) -> None:
         if size > self.limits.doc_bytes:
             self.problem(file, f"pickle over {_mb(self.limits.doc_bytes)}; skipped")
             return
-        if not self.take(file, size):
-            return
-        with open_regular(file) as fh:
-            data = fh.read(self.limits.doc_bytes)
-        try:
-            doc = loads_plain(data)
-        except UnsafePickleError as exc:
-            self.problem(file, f"not loaded: {exc}")
-            return
-        except Exception as exc:  # noqa: BLE001 - truncated or corrupt pickle
-            self.problem(file, f"corrupt pickle: {exc}"[:300])
-            return
-        self.classify_bounded(file, doc, size)
+        if self.take(file, size):
+            self.jobs.append(("pickle", str(file), size))
 
-    def classify_bounded(self, file: Path, doc: object, size: int) -> None:
-        """Classify ``doc`` unless walking it would cost more than its size warrants. A
-        Flight Recorder dump's entries are exempt: fr_ops reads only their scalars."""
-        walked = {k: v for k, v in doc.items() if k != "entries"} if _is_fr(doc) else doc
-        nodes = self.limits.doc_nodes + self.limits.doc_nodes_per_byte * size
-        try:
-            expanded_size(walked, nodes, self.limits.doc_depth)
-        except DocumentTooLarge as exc:
-            self.problem(file, f"not loaded: the document {exc}")
-            return
-        _classify(file, doc, self.inputs)
+    def absorb(self, kind: str, path: str, result: tuple) -> None:
+        """Take what reading one file gave (in this process or a worker's)."""
+        value, problems = result
+        self.inputs.problems += problems
+        if kind == "events":
+            if value and value[-1].rank is not None:
+                self.inputs.events[value[-1].rank] = value[-1]
+                self.inputs.event_logs.append(value[-1])
+        elif isinstance(value, FRDump):
+            key = value.rank if value.rank is not None else -len(self.inputs.fr) - 1
+            self.inputs.fr[key] = value
+        elif value is not None:
+            self.inputs.docs.append(value)
 
     def load_text(self, file: Path, size: int) -> None:
         budget = min(size, self.limits.text_file_bytes)
@@ -364,23 +373,21 @@ def _is_fr(doc: object) -> bool:
     return isinstance(doc, dict) and isinstance(doc.get("entries"), list) and "version" in doc
 
 
-def _classify(file: Path, doc: object, inputs: Inputs) -> None:
+def _classify(file: Path, doc: object) -> tuple[FRDump | JsonDoc, list[Problem]]:
     if _is_fr(doc):
         rank = fr_rank(file, doc)
-        key = rank if rank is not None else -len(inputs.fr) - 1
-        doc = _normalise_fr(doc, file, inputs)
+        doc, problems = _normalise_fr(doc, file)
         entries = doc.pop("entries")
         ops = fr_ops(entries, rank if rank is not None else -1, str(file))
-        inputs.fr[key] = FRDump(str(file), rank, {**doc, "n_entries": len(entries)}, ops)
-    elif isinstance(doc, dict) and isinstance(doc.get("format"), str) \
+        return FRDump(str(file), rank, {**doc, "n_entries": len(entries)}, ops), problems
+    if isinstance(doc, dict) and isinstance(doc.get("format"), str) \
             and doc["format"].startswith("ddiag."):
-        inputs.docs.append(JsonDoc(str(file), doc["format"], doc))
-    elif _looks_like_torchelastic(doc):
-        inputs.docs.append(JsonDoc(str(file), "torchelastic.error", doc))
-    elif _looks_like_pyspy(doc):
-        inputs.docs.append(JsonDoc(str(file), "pyspy", doc))
-    else:
-        inputs.docs.append(JsonDoc(str(file), "json", doc))
+        return JsonDoc(str(file), doc["format"], doc), []
+    if _looks_like_torchelastic(doc):
+        return JsonDoc(str(file), "torchelastic.error", doc), []
+    if _looks_like_pyspy(doc):
+        return JsonDoc(str(file), "pyspy", doc), []
+    return JsonDoc(str(file), "json", doc), []
 
 
 def _looks_like_torchelastic(doc: object) -> bool:
@@ -392,22 +399,87 @@ def _looks_like_torchelastic(doc: object) -> bool:
     return isinstance(message, str) and "extraInfo" in json.dumps(doc)[:10000]
 
 
-def _normalise_fr(doc: dict, file: Path, inputs: Inputs) -> dict:
+def _normalise_fr(doc: dict, file: Path) -> tuple[dict, list[Problem]]:
     """Keep only the parts of a dump with the shapes torch writes; note what was not."""
     entries = [e for e in doc["entries"] if isinstance(e, dict)]
     pg_config = doc.get("pg_config")
     pg_config = {str(k): v for k, v in pg_config.items() if isinstance(v, dict)} \
         if isinstance(pg_config, dict) else {}
     dropped = len(doc["entries"]) - len(entries)
-    if dropped:
-        inputs.problems.append(Problem(str(file), None, f"{dropped} malformed entries skipped"))
-    return {**doc, "entries": entries, "pg_config": pg_config}
+    problems = [Problem(str(file), None, f"{dropped} malformed entries skipped")] if dropped \
+        else []
+    return {**doc, "entries": entries, "pg_config": pg_config}, problems
 
 
 def _looks_like_pyspy(doc: object) -> bool:
     items = doc if isinstance(doc, list) else [doc]
     return bool(items) and all(isinstance(t, dict) and "frames" in t and "thread_id" in t
                                for t in items[:4])
+
+
+def bounded_document(path: str, doc: object, size: int, limits: Limits
+                     ) -> tuple[FRDump | JsonDoc | None, list[Problem]]:
+    """``doc`` classified, unless walking it would cost more than its size warrants. A
+    Flight Recorder dump's entries are exempt: fr_ops reads only their scalars."""
+    walked = {k: v for k, v in doc.items() if k != "entries"} if _is_fr(doc) else doc
+    nodes = limits.doc_nodes + limits.doc_nodes_per_byte * size
+    try:
+        expanded_size(walked, nodes, limits.doc_depth)
+    except DocumentTooLarge as exc:
+        return None, [Problem(path, None, f"not loaded: the document {exc}")]
+    return _classify(Path(path), doc)
+
+
+def read_pickle(path: str, size: int, limits: Limits) -> tuple[FRDump | JsonDoc | None,
+                                                                list[Problem]]:
+    with open_regular(path) as fh:
+        data = fh.read(limits.doc_bytes)
+    try:
+        doc = loads_plain(data)
+    except UnsafePickleError as exc:
+        return None, [Problem(path, None, f"not loaded: {exc}")]
+    except Exception as exc:  # noqa: BLE001 - truncated or corrupt pickle
+        return None, [Problem(path, None, f"corrupt pickle: {exc}"[:300])]
+    del data
+    return bounded_document(path, doc, size, limits)
+
+
+def _run_job(job: tuple[str, str, int], limits: Limits) -> tuple:
+    """One event log or pickle read: (what it gave, its problems); never raises."""
+    kind, path, size = job
+    try:
+        if kind == "events":
+            return read_compact(path)
+        return read_pickle(path, size, limits)
+    except OSError as exc:
+        return None, [Problem(path, None, reason(exc))]
+    except Exception as exc:  # noqa: BLE001 - one bad file never stops the analysis
+        return None, [Problem(path, None, f"unreadable: {type(exc).__name__}: {exc}"[:300])]
+
+
+def run_jobs(jobs: list[tuple[str, str, int]], limits: Limits) -> list[tuple]:
+    """Every job's result, in order: in worker processes when there is enough to read
+    and more than one core, else here.
+
+    Workers are forked (they start at once, with what this process imported), and only
+    from a process with no other thread, where a fork cannot inherit a lock that some
+    thread holds."""
+    workers = _workers(limits)
+    if workers < 2 or len(jobs) < 2 or sum(size for *_, size in jobs) < limits.parallel_bytes \
+            or threading.active_count() > 1:
+        return [_run_job(job, limits) for job in jobs]
+    chunk = max(1, min(64, len(jobs) // (workers * 4)))
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        return list(pool.map(functools.partial(_run_job, limits=limits), jobs, chunksize=chunk))
+
+
+def _workers(limits: Limits) -> int:
+    if limits.workers is not None:
+        return limits.workers
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
 
 
 def fr_rank(file: Path, doc: dict) -> int | None:

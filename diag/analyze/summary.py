@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+
+from diag.analyze.eventcols import CompactLog, ops_of, read_compact, steps_of
 from diag.format.events import Problem, RankLog, read_run_events
 from diag.format.ranks import as_ranges, first_ranks, missing_ranges, ranges_text
 from diag.format.rundir import RunDir, read_run_json
@@ -48,30 +50,47 @@ class RunSummary:
 
 
 def summarize_rank(log: RankLog) -> RankSummary:
-    steps = log.of_kind("step")
-    colls = [r for r in log.of_kind("collective") if not r.get("p2p")]
-    last_seq: dict = {}
-    for c in colls:
-        last_seq[c.get("group", "")] = c.get("seq")
+    steps, ops = steps_of(log), ops_of(log)
+    durations = steps.col("dur_s")
+    durations = durations[~np.isnan(durations)]
+    norms = steps.col("grad_norm")
+    norms = norms[~np.isnan(norms)]
+    last = _step_dict(log, len(steps) - 1) if len(steps) else None
     close = log.of_kind("close")
-    durations = [s["dur_s"] for s in steps if isinstance(s.get("dur_s"), (int, float))]
     return RankSummary(
         rank=log.rank, host=log.header.get("host"), pid=log.header.get("pid"),
-        records=len(log.records), steps=len(steps),
-        last_step=steps[-1].get("step") if steps else None,
-        step_p50_s=round(statistics.median(durations), 6) if durations else None,
-        collectives=len(log.of_kind("collective")), last_seq=last_seq,
-        last_loss=steps[-1].get("loss") if steps else None,
-        last_grad_norm=next((s["grad_norm"] for s in reversed(steps) if "grad_norm" in s), None),
-        exceptions=len(log.of_kind("exception")),
+        records=log.n_records if isinstance(log, CompactLog) else len(log.records),
+        steps=len(steps), last_step=last.get("step") if last else None,
+        step_p50_s=round(float(np.median(durations)), 6) if len(durations) else None,
+        collectives=_count(log, "collective"), last_seq=_last_seqs(ops),
+        last_loss=last.get("loss") if last else None,
+        last_grad_norm=float(norms[-1]) if len(norms) else None,
+        exceptions=_count(log, "exception"),
         dropped=close[-1].get("dropped") if close else None,
     )
+
+
+def _step_dict(log: RankLog, i: int) -> dict:
+    return log.step_row(i) if isinstance(log, CompactLog) else log.of_kind("step")[i]
+
+
+def _count(log: RankLog, kind: str) -> int:
+    return log.count(kind) if isinstance(log, CompactLog) else len(log.of_kind(kind))
+
+
+def _last_seqs(ops) -> dict:
+    """group -> the seq of its last collective in the log (groups in first-use order)."""
+    out = {}
+    for code, group in enumerate(ops.group_names):
+        rows = np.flatnonzero(ops.group == code)
+        out[group] = int(ops.seq[rows[-1]])
+    return out
 
 
 def summarize(run_dir: str | Path) -> RunSummary:
     root = Path(run_dir)
     rd = RunDir(root)
-    logs, problems = read_run_events(root)
+    logs, problems = read_run_events(root, reader=read_compact)
     run = _run_json(rd, problems)
     ranks = [summarize_rank(logs[r]) for r in sorted(logs)]
     sizes = {log.header.get("world_size") for log in logs.values()} - {None}

@@ -193,15 +193,17 @@ def _record_ok(record: dict, lineno: int, problems: _Problems) -> bool:
     return True
 
 
-def read_run_events(run_dir: str | Path, all_segments: bool = False
+def read_run_events(run_dir: str | Path, all_segments: bool = False, reader=None
                     ) -> tuple[dict[int, RankLog], list[Problem]]:
-    """The latest segment of every rank's log in a run directory, keyed by rank."""
+    """The latest segment of every rank's log in a run directory, keyed by rank.
+    ``reader``: how one file is read (default ``read_events``: every record a dict)."""
+    reader = reader or read_events
     logs: dict[int, RankLog] = {}
     problems: list[Problem] = []
     events_dir = RunDir(Path(run_dir)).path("events")
     for path in sorted(events_dir.glob("rank*.jsonl")):
         try:
-            segments, found = read_events(path)
+            segments, found = reader(path)
         except OSError as exc:
             problems.append(Problem(str(path), None, reason(exc)))
             continue

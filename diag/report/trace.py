@@ -7,6 +7,7 @@ line up on one clock (their wall clocks; skew between hosts shows as skew here).
 
 from __future__ import annotations
 
+from diag.analyze.eventcols import all_records
 from diag.analyze.inputs import Inputs
 
 STEPS_TID, COLL_TID = 1, 2
@@ -57,12 +58,13 @@ def _metadata(rank: int, host: str | None) -> list[dict]:
 
 
 def build_trace(inputs: Inputs) -> dict:
-    times = [t for log in inputs.events.values() for r in log.records[:1]
+    records = {rank: all_records(log) for rank, log in inputs.events.items()}
+    times = [t for recs in records.values() for r in recs[:1]
              if (t := _num(r.get("t"))) is not None]
     t0 = min(times, default=0.0) - 1.0
     events: list[dict] = []
     for rank, log in sorted(inputs.events.items()):
         events += _metadata(rank, (log.header or {}).get("host"))
-        events += [e for rec in log.records if (e := _event(rec, rank, t0)) is not None]
+        events += [e for rec in records[rank] if (e := _event(rec, rank, t0)) is not None]
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"producer": "ddiag", "root": inputs.root}}

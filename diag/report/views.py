@@ -46,5 +46,5 @@ def _bins(n: int, most: int) -> list[int]:
 
 def collective_progress(inputs: Inputs) -> dict[str, dict[int, int]]:
     """group -> rank -> last seq issued (finished or pending)."""
-    return {group: {rank: max(seqs) for rank, seqs in ranks.items()}
+    return {group: {rank: seqs.last for rank, seqs in ranks.items()}
             for group, ranks in groups_of(inputs, "events").items()}

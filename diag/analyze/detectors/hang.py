@@ -20,7 +20,8 @@ from diag.analyze.detectors.common import (SignalIndex, blocking_frame, closed_r
                                            index, make, own_failures, ranks_seen,
                                            stack_evidence, world_size)
 from diag.analyze.inputs import Inputs
-from diag.analyze.progress import PENDING, CollOp, group_members, groups_of, heartbeats
+from diag.analyze.collops import NO_INT
+from diag.analyze.progress import PENDING, CollOp, RankSeqs, group_members, groups_of, heartbeats
 from diag.analyze.signals import Signal
 from diag.format.heartbeat import RankBeat
 from diag.format.names import STEP_PHASES
@@ -59,7 +60,7 @@ def _lone_collectives(inputs: Inputs, source: str, found: list[Finding]) -> list
                   if f.root_cause and f.detector == "hangs" else f for f in found]
 
 
-def _alone_in(groups: dict[str, dict[int, dict[int, CollOp]]], rank: int) -> CollOp | None:
+def _alone_in(groups: dict[str, dict[int, RankSeqs]], rank: int) -> CollOp | None:
     """The collective the rank is inside that every other member of its group is behind
     of, and that the group never ran before. A training loop repeats its collectives
     step after step: a rank waiting in the group's usual all_reduce for a slow peer is
@@ -68,20 +69,28 @@ def _alone_in(groups: dict[str, dict[int, dict[int, CollOp]]], rank: int) -> Col
         mine = ranks.get(rank)
         if not mine or len(ranks) < 2:
             continue
-        last = max(mine)
+        last = mine.last
         op = mine[last]
-        earlier = [o for seqs in ranks.values() for s, o in seqs.items() if s < last]
-        if op.state == PENDING and not any(_same_kind(op, o) for o in earlier) and all(
-                max(seqs, default=0) < last for r, seqs in ranks.items() if r != rank):
+        if op.state == PENDING and all(
+                seqs.last < last for r, seqs in ranks.items() if r != rank) \
+                and not _ran_before(ranks, mine, last):
             return op
     return None
 
 
-def _same_kind(a: CollOp, b: CollOp) -> bool:
-    """Same op and input size where both are known (a heartbeat's pending row may lack
-    the size, and has no output side yet)."""
-    return a.op == b.op and (a.in_numel is None or b.in_numel is None
-                             or a.in_numel == b.in_numel)
+def _ran_before(ranks: dict[int, RankSeqs], mine: RankSeqs, last: int) -> bool:
+    """Whether any rank issued, before seq ``last``, the same op as ``mine``'s last with
+    the same input size where both are known (a heartbeat's pending row may lack the
+    size, and has no output side yet)."""
+    code, numel = mine.ops[-1], mine.col("in_numel")[-1]
+    for seqs in ranks.values():
+        same = (seqs.seqs < last) & (seqs.ops == code)
+        if numel != NO_INT:
+            sizes = seqs.col("in_numel")
+            same &= (sizes == numel) | (sizes == NO_INT)
+        if same.any():
+            return True
+    return False
 
 
 def _lone_finding(inputs: Inputs, rank: int, op: CollOp, held: Finding) -> Finding:
@@ -130,9 +139,9 @@ def _waiting_too(finding: Finding, frame: str) -> Finding:
 
 
 def _hang_in_group(inputs: Inputs, source: str, group: str,
-                   ranks: dict[int, dict[int, CollOp]]) -> list[Finding]:
+                   ranks: dict[int, RankSeqs]) -> list[Finding]:
     members = group_members(inputs, group, set(ranks)) | set(ranks)
-    last = {r: max(ranks.get(r, {0: None})) for r in members}
+    last = {r: ranks[r].last if r in ranks else 0 for r in members}
     top = max(last.values())
     laggards = sorted(r for r in members if last[r] < top)
     raised = exception_ranks(inputs)
@@ -155,7 +164,7 @@ def _hang_in_group(inputs: Inputs, source: str, group: str,
 def _waiting_alone(group: str, waiting: list[int], ranks, finished: list[int]) -> Finding:
     """The others finished cleanly and these ranks still wait in one more collective:
     they issued a collective nobody else did (the rank-0-only barrier)."""
-    rows = [ranks[r][max(ranks[r])] for r in waiting]
+    rows = [ranks[r][ranks[r].last] for r in waiting]
     ops = ", ".join(f"rank {row.rank}: {row.op} #{row.seq}" for row in rows)
     return Finding(
         category=Category.COLLECTIVE_MISMATCH, severity=Severity.CRITICAL, confidence=0.9,
@@ -168,11 +177,11 @@ def _waiting_alone(group: str, waiting: list[int], ranks, finished: list[int]) -
     )
 
 
-def _pending(seqs: dict[int, CollOp], last: int) -> bool:
+def _pending(seqs: RankSeqs | dict, last: int) -> bool:
     return bool(seqs) and seqs[last].state == PENDING
 
 
-def _first_op_at(ranks: dict[int, dict[int, CollOp]], seq: int) -> CollOp | None:
+def _first_op_at(ranks: dict[int, RankSeqs], seq: int) -> CollOp | None:
     return next((s[seq] for s in ranks.values() if seq in s), None)
 
 
@@ -208,7 +217,7 @@ def _culprit_finding(inputs: Inputs, source: str, group: str, culprits: list[int
 
 
 def _victim_finding(group: str, waiting: list[int], ranks, missed: CollOp | None) -> Finding:
-    ev = [ranks[r][max(ranks[r])].evidence for r in waiting[:8]]
+    ev = [ranks[r][ranks[r].last].evidence for r in waiting[:8]]
     return Finding(
         category=Category.RANK_HANG, severity=Severity.ERROR, confidence=0.9,
         title=f"ranks {_ranks(waiting)} are waiting in group {group} (victims, not causes)",

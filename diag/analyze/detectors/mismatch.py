@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from operator import attrgetter
 from typing import NamedTuple
+
+import numpy as np
 
 from diag.analyze.detectors.common import fmt_ranks, index, make
 from diag.analyze.inputs import Inputs
 from diag.analyze.signals import Signal
 from diag.analyze.collops import SIZE_RULED_OPS
-from diag.analyze.progress import CollOp, groups_of
+from diag.analyze.collops import NO_INT
+from diag.analyze.progress import CollOp, RankSeqs, common_seqs, groups_of
 from diag.verdict import Category, Culprit, Finding, Severity
 
 SCATTER_OPS = {"reduce_scatter_tensor", "reduce_scatter_single", "_reduce_scatter_base"}
@@ -38,16 +40,17 @@ def detect(inputs: Inputs) -> list[Finding]:
     return []
 
 
-def _first_divergence(group: str, ranks: dict[int, dict[int, CollOp]], source: str
+def _first_divergence(group: str, ranks: dict[int, RankSeqs], source: str
                       ) -> list[Finding]:
     if len(ranks) < 2:
         return []
-    common = sorted(set.intersection(*(set(s) for s in ranks.values())))
-    op_seq = _first_difference(ranks, common, attrgetter("op"))
+    common = common_seqs(ranks)
+    op_seq = _first_difference(ranks, common, lambda s, at: (s.ops[at],))
     # A heartbeat's pending row has no size; it can only differ by op.
-    unsized = {row.seq for seqs in ranks.values() for row in seqs.values() if row.in_numel is None}
-    sized = [s for s in common if s not in unsized]
-    size_seq = _first_difference(ranks, sized, attrgetter("in_numel", "dtype"))
+    unsized = np.concatenate([s.seqs[s.col("in_numel") == NO_INT] for s in ranks.values()])
+    sized = common[~np.isin(common, unsized)]
+    size_seq = _first_difference(ranks, sized,
+                                 lambda s, at: (s.col("in_numel")[at], s.dtypes[at]))
     if op_seq is not None and (size_seq is None or op_seq <= size_seq):
         return [_op_mismatch(group, op_seq, {r: ranks[r][op_seq] for r in ranks}, ranks, source)]
     if size_seq is not None:
@@ -56,18 +59,23 @@ def _first_divergence(group: str, ranks: dict[int, dict[int, CollOp]], source: s
     return []
 
 
-def _first_difference(ranks: dict[int, dict[int, CollOp]], seqs: list[int], key) -> int | None:
-    """The first seq at which ``key`` of the rows differs between ranks. Whole per-rank
-    columns are compared at C speed; only a differing column is scanned."""
+def _first_difference(ranks: dict[int, RankSeqs], seqs: np.ndarray, key) -> int | None:
+    """The first seq at which the ``key`` columns of the rows differ between ranks,
+    compared whole, column against column."""
+    if not len(seqs):
+        return None
     columns = iter(ranks.values())
-    reference = [key(row) for row in map(next(columns).__getitem__, seqs)]
+    first_rank = next(columns)
+    reference = key(first_rank, first_rank.at(seqs))
     first = None
     for rows in columns:
-        column = [key(row) for row in map(rows.__getitem__, seqs)]
-        if column != reference:
-            i = next(i for i, (a, b) in enumerate(zip(column, reference)) if a != b)
+        differs = np.zeros(len(seqs), bool)
+        for mine, theirs in zip(key(rows, rows.at(seqs)), reference):
+            differs |= mine != theirs
+        if differs.any():
+            i = int(np.argmax(differs))
             first = i if first is None else min(first, i)
-    return None if first is None else seqs[first]
+    return None if first is None else int(seqs[first])
 
 
 def _op_mismatch(group, seq, rows, ranks, source) -> Finding:
@@ -114,11 +122,13 @@ def _minority(rows: dict[int, CollOp], key) -> list[int]:
     return sorted(r for r, row in rows.items() if key(row) != top)
 
 
-def _extra_collective(seq: int, ranks: dict[int, dict[int, CollOp]]) -> list[int]:
+def _extra_collective(seq: int, ranks: dict[int, RankSeqs]) -> list[int]:
     """Ranks whose ops after ``seq`` line up with everyone else's ops from ``seq``: the
     op at ``seq`` was one the others never issued."""
     def ops(r, start):
-        return [ranks[r][s].op for s in sorted(ranks[r]) if s >= start][:8]
+        seqs = ranks[r]
+        i = int(np.searchsorted(seqs.seqs, start))
+        return seqs.ops[i:i + 8].tolist()
 
     out = []
     for r in ranks:
@@ -128,14 +138,17 @@ def _extra_collective(seq: int, ranks: dict[int, dict[int, CollOp]]) -> list[int
     return sorted(out) if len(out) < len(ranks) else []
 
 
-def _novel_op(seq: int, rows: dict[int, CollOp], ranks: dict[int, dict[int, CollOp]]
-              ) -> list[int]:
+def _novel_op(seq: int, rows: dict[int, CollOp], ranks: dict[int, RankSeqs]) -> list[int]:
     """When nothing follows the divergence (the job died there), the extra collective is
     the one no rank issued anywhere else in the run, like a lone checkpoint barrier
     among the steps' all_reduces."""
-    history = Counter(row.op for seqs in ranks.values() for s, row in seqs.items() if s != seq)
-    novel = [r for r, row in rows.items() if history[row.op] == 0]
+    history = set(np.concatenate([s.ops[s.seqs != seq] for s in ranks.values()]).tolist())
+    novel = [r for r in rows if _code_at(ranks[r], seq) not in history]
     return sorted(novel) if len(novel) < len(rows) else []
+
+
+def _code_at(seqs: RankSeqs, seq: int) -> int:
+    return int(seqs.ops[int(np.searchsorted(seqs.seqs, seq))])
 
 
 def _prefix_equal(a: list, b: list) -> bool:
@@ -143,31 +156,42 @@ def _prefix_equal(a: list, b: list) -> bool:
     return n > 0 and a[:n] == b[:n]
 
 
-def _novel_size(rows: dict[int, CollOp], ranks: dict[int, dict[int, CollOp]]) -> list[int]:
+def _novel_size(rows: dict[int, CollOp], ranks: dict[int, RankSeqs]) -> list[int]:
     """Ranks whose size for this op never occurs anywhere else in the run."""
-    op = next(iter(rows.values())).op
-    history = Counter((row.in_numel, row.dtype) for seqs in ranks.values()
-                      for row in seqs.values() if row.op == op)
-    novel = [r for r, row in rows.items() if history[(row.in_numel, row.dtype)] == 1]
+    seq = next(iter(rows.values())).seq
+    some = next(r for r in rows if r in ranks)
+    code = _code_at(ranks[some], seq)
+    same_op = [(s.col("in_numel")[s.ops == code], s.dtypes[s.ops == code])
+               for s in ranks.values()]
+    numels = np.concatenate([n for n, _ in same_op])
+    dtypes = np.concatenate([d for _, d in same_op])
+
+    def seen(r: int) -> int:
+        at = int(np.searchsorted(ranks[r].seqs, seq))
+        n, d = ranks[r].col("in_numel")[at], ranks[r].dtypes[at]
+        return int(np.sum((numels == n) & (dtypes == d)))
+
+    novel = [r for r in rows if seen(r) == 1]
     return sorted(novel) if len(novel) < len(rows) else []
 
 
-def _size_rules(group: str, ranks: dict[int, dict[int, CollOp]]) -> list[Finding]:
+def _size_rules(group: str, ranks: dict[int, RankSeqs]) -> list[Finding]:
     """all_gather's output is group_size x its input, reduce_scatter's input is
     group_size x its output; a rank breaking that passed a wrong-sized buffer."""
     for r, seqs in sorted(ranks.items()):
-        ruled = [(seq, row) for seq, row in seqs.items() if row.op in RULED_OPS]
-        for seq, row in sorted(ruled):
+        ruled = np.array([n in RULED_OPS for n in seqs.table.op_names], bool)
+        for i in np.flatnonzero(ruled[seqs.col("op")]) if len(ruled) else ():
+            row = seqs.table.row(int(seqs.rows[i]))
             if _breaks_size_rule(row):
                 return [Finding(
                     category=Category.SHAPE_MISMATCH, severity=Severity.CRITICAL, confidence=0.85,
-                    title=(f"rank {r}: {row.op} seq {seq} of group {group} has input "
+                    title=(f"rank {r}: {row.op} seq {row.seq} of group {group} has input "
                            f"{row.in_numel} and output {row.out_numel} elements, which "
                            f"breaks the size rule for a group of {row.group_size}"),
                     culprit=Culprit(ranks=(r,)), evidence=(row.evidence,),
                     fix=f"size the output of {row.op} as group_size x input (all_gather) "
                         "or the input as group_size x output (reduce_scatter)",
-                    detector="mismatch", details={"group": group, "seq": seq})]
+                    detector="mismatch", details={"group": group, "seq": row.seq})]
     return []
 
 

@@ -18,10 +18,12 @@ import statistics
 from collections import Counter, defaultdict
 from statistics import median
 
-from diag.analyze.collops import CollOp
+import numpy as np
+
 from diag.analyze.detectors.common import SignalIndex, index, make
+from diag.analyze.eventcols import steps_of
 from diag.analyze.inputs import Inputs
-from diag.analyze.progress import DONE, groups_of
+from diag.analyze.progress import RankSeqs, common_seqs, groups_of
 from diag.verdict import Category, Culprit, Evidence, Finding, Severity
 
 # =======================================================================================
@@ -69,25 +71,32 @@ def _late_ranks(inputs: Inputs, step_s: float) -> dict[int, tuple[float, list[in
     return flagged
 
 
-def _lateness(ranks: dict[int, dict[int, CollOp]]) -> dict[int, float]:
+def _lateness(ranks: dict[int, RankSeqs]) -> dict[int, float]:
     """rank -> how far behind the first arrival it reached the group's collectives, at
-    three steps in four (the lower quartile over steps). Per step the worst of its collectives counts: a step's later
-    collectives follow a sync and show nobody late."""
+    three steps in four (the lower quartile over steps). Per step the worst of its
+    collectives counts: a step's later collectives follow a sync and show nobody late.
+    Computed as a ranks x collectives matrix of arrival times."""
     if len(ranks) < 2:
         return {}
-    per_step: dict[int, dict[int, float]] = {}
-    for seq in sorted(set.intersection(*(set(s) for s in ranks.values())))[WARMUP_SEQS:]:
-        rows = {r: ranks[r][seq] for r in ranks}
-        if any(row.state != DONE or row.t is None for row in rows.values()):
-            continue
-        first = min(row.t for row in rows.values())
-        step = per_step.setdefault(next(iter(rows.values())).step, {})
-        for r, row in rows.items():
-            step[r] = max(step.get(r, 0.0), row.t - first)
-    delays = [d for d in per_step.values() if len(d) == len(ranks)]
-    if len(delays) < MIN_STEPS:
+    seqs = common_seqs(ranks)[WARMUP_SEQS:]
+    if not len(seqs):
         return {}
-    return {r: _lower_quartile([d[r] for d in delays]) for r in ranks}
+    at = [s.at(seqs) for s in ranks.values()]
+    times = np.stack([s.col("t")[i] for s, i in zip(ranks.values(), at)])
+    done = np.stack([s.col("done")[i] for s, i in zip(ranks.values(), at)])
+    usable = done.all(axis=0) & ~np.isnan(times).any(axis=0)
+    if not usable.any():
+        return {}
+    first = next(iter(ranks.values()))
+    steps = first.col("step")[at[0]][usable]
+    late = times[:, usable] - times[:, usable].min(axis=0)
+    order = np.argsort(steps, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(steps[order]) != 0])
+    if len(starts) < MIN_STEPS:
+        return {}
+    per_step = np.maximum(np.maximum.reduceat(late[:, order], starts, axis=1), 0.0)
+    quartile = np.sort(per_step, axis=1)[:, per_step.shape[1] // 4]
+    return {r: float(q) for r, q in zip(ranks, quartile)}
 
 
 def _lower_quartile(values: list[float]) -> float:
@@ -106,24 +115,32 @@ def _work_excess(inputs: Inputs, rank: int, peers: list[int]) -> float:
 
 
 def _work_median(inputs: Inputs, rank: int) -> float:
-    vals = []
-    for s in inputs.events[rank].of_kind("step"):
-        comm = s.get("comm_s") if isinstance(s.get("comm_s"), (int, float)) else 0.0
-        vals.append(max(0.0, _phase_time(s.get("phases"), None) - comm))
-    return statistics.median(vals) if vals else 0.0
+    steps = steps_of(inputs.events[rank])
+    if not len(steps):
+        return 0.0
+    work = np.maximum(0.0, steps.work() - np.nan_to_num(steps.col("comm_s")))
+    return float(np.median(work))
 
 
 def _median_step_s(inputs: Inputs) -> float | None:
-    times = [s.get("iter_s") or s.get("dur_s") for log in inputs.events.values()
-             for s in log.of_kind("step")]
-    times = [t for t in times if isinstance(t, (int, float)) and t > 0]
-    return statistics.median(times) if times else None
+    """The median step time over every rank's steps: the iteration time where recorded
+    (a zero or missing one falls back to the step's own duration)."""
+    times = []
+    for log in inputs.events.values():
+        steps = steps_of(log)
+        it, dur = steps.col("iter_s"), steps.col("dur_s")
+        times.append(np.where(np.nan_to_num(it) != 0, it, dur))
+    times = np.concatenate(times) if times else np.zeros(0)
+    times = times[times > 0]
+    return float(np.median(times)) if len(times) else None
 
 
 def _phase_median(inputs: Inputs, rank: int, phase: str) -> float:
-    vals = [_phase_time(s.get("phases"), phase) for s in inputs.events[rank].of_kind("step")]
-    vals = [v for v in vals if isinstance(v, (int, float))]
-    return statistics.median(vals) if vals else 0.0
+    steps = steps_of(inputs.events[rank])
+    if not len(steps):
+        return 0.0
+    values = steps.phases.get(phase)
+    return float(np.median(np.nan_to_num(values))) if values is not None else 0.0
 
 
 def _phase_time(phases, phase: str | None) -> float:
