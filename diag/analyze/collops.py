@@ -76,9 +76,42 @@ def scalar_text(value) -> str | None:
 
 
 def fr_ops(entries: list, rank: int, path: str) -> "OpTable":
-    """A dump's non-p2p entries as a table, in record order; the dicts can then be freed."""
-    return make_table(rank, path, [from_fr_entry(e, i) for i, e in enumerate(entries)
-                                   if isinstance(e, dict) and not e.get("is_p2p")])
+    """A dump's non-p2p entries as a table, in record order; the dicts can then be freed.
+    A dump written by torch is read field by field across all its entries; one with an
+    entry of another shape, entry by entry."""
+    entries = [e for e in entries if isinstance(e, dict) and not e.get("is_p2p")]
+    try:
+        return table_of_columns(rank, path, _well_formed_dump(entries))
+    except (KeyError, TypeError, IndexError, ValueError, AttributeError):
+        return make_table(rank, path, [from_fr_entry(e, i) for i, e in enumerate(entries)])
+
+
+def _well_formed_dump(entries: list[dict]) -> list:
+    """The entries as ``COLUMNS`` columns; raises (TypeError, KeyError) unless every
+    entry has the fields and types torch writes."""
+    names = [e["profiling_name"] for e in entries]
+    groups = [e["process_group"][0] for e in entries]
+    dtypes = [d[0] if d else None for d in (e["input_dtypes"] for e in entries)]
+    seqs = [e["collective_seq_id"] for e in entries]
+    created = [e["time_created_ns"] for e in entries]
+    _only(names, str), _only(groups, str), _only(dtypes, str, type(None))
+    _only(seqs, int), _only(created, int)
+    op_of = {n: sys.intern(n.split(":", 1)[-1]) for n in set(names)}
+    ops = list(map(op_of.__getitem__, names))
+    numels = [_prod(s[0]) if len(s) == 1 else sum(map(_prod, s))
+              for s in (e["input_sizes"] for e in entries)]
+    outs = [_numel(e.get("output_sizes")) if op in SIZE_RULED_OPS else None
+            for e, op in zip(entries, ops)]
+    done = [e["state"] == "completed" or e["retired"] is True for e in entries]
+    unknown = (None,) * len(entries)
+    return [groups, seqs, ops, numels, outs, dtypes, unknown, done,
+            np.array(created, np.int64) / 1e9, unknown, unknown, np.arange(len(entries)),
+            unknown]
+
+
+def _only(values: list, *types) -> None:
+    if not set(map(type, values)) <= set(types):
+        raise TypeError("not as torch writes it")
 
 
 # Ops whose output size is checked against their input (see detectors.mismatch).
@@ -177,12 +210,16 @@ COLUMNS = ("group", "seq", "op", "in_numel", "out_numel", "dtype", "group_size",
 
 
 def make_table(rank: int, file: str, rows: list[tuple]) -> "OpTable":
-    """A table from rows of ``COLUMNS`` values (strings, ints, floats or None).
+    """A table from rows of ``COLUMNS`` values (strings, ints, floats or None)."""
+    return table_of_columns(rank, file, list(zip(*rows)) if rows else [()] * len(COLUMNS))
+
+
+def table_of_columns(rank: int, file: str, cols: list) -> "OpTable":
+    """A table from ``COLUMNS`` columns (sequences of strings, ints, floats or None).
 
     Strings (group, op, dtype) become small integer codes into the table's lists: a run
     has a handful of each. Whole columns convert at C speed; only a column holding a
     None or an odd value is converted cell by cell."""
-    cols = list(zip(*rows)) if rows else [()] * len(COLUMNS)
     group, seq, op, in_numel, out_numel, dtype, group_size, done, t, step, line, entry, \
         dur_s = cols
     (group, group_names), (op, op_names), (dtype, dtype_names) = (
@@ -194,13 +231,16 @@ def make_table(rank: int, file: str, rows: list[tuple]) -> "OpTable":
 
 
 def _coded(texts) -> tuple[np.ndarray, list]:
-    codes: dict = {None: -1}
-    column = [codes.setdefault(x, len(codes) - 1) for x in texts]
-    del codes[None]
-    return np.array(column, np.int32), list(codes)
+    names = list(dict.fromkeys(texts))  # first-use order, at C speed
+    index = {name: i for i, name in enumerate(n for n in names if n is not None)}
+    index[None] = -1
+    return np.array(list(map(index.__getitem__, texts)), np.int32), \
+        [n for n in names if n is not None]
 
 
 def _ints(values, default: int = NO_INT) -> np.ndarray:
+    if isinstance(values, np.ndarray):
+        return values.astype(np.int64, copy=False)
     if values and values.count(None) == len(values):  # a column no row has (entry, in logs)
         return np.full(len(values), default, np.int64)
     try:
@@ -211,6 +251,8 @@ def _ints(values, default: int = NO_INT) -> np.ndarray:
 
 
 def _floats(values) -> np.ndarray:
+    if isinstance(values, np.ndarray):
+        return values.astype(np.float64, copy=False)
     try:  # None becomes NaN
         return np.array(values, np.float64)
     except (TypeError, ValueError, OverflowError):
