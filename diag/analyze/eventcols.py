@@ -184,7 +184,7 @@ class _Segment:
 
 
 def _coll_cells(rows: list, careful: bool) -> list[tuple]:
-    cells = [(r.group or "", r.seq or 0, r.op or "None", r.in_numel, r.out_numel, r.in_dtype,
+    cells = [(r.group or "", r.seq or 0, "None" if r.op is None else r.op, r.in_numel, r.out_numel, r.in_dtype,
               r.group_size, True, r.t, -1 if r.step is None else r.step, line, None, r.dur_s)
              if type(r) is _Line else r for line, r in rows]
     return sorted(cells, key=lambda c: c[10]) if careful else cells
@@ -198,7 +198,8 @@ def _step_cells(rows: list, careful: bool) -> list[tuple]:
 
 def _careful_coll(rec: dict, line: int) -> tuple:
     get = rec.get
-    return (str(get("group", "")), as_int(get("seq")), str(get("op")),
+    group = get("group")
+    return ("" if group is None else str(group), as_int(get("seq")), str(get("op")),
             int_or_none(number(get("in_numel"))), int_or_none(number(get("out_numel"))),
             text_or_none(get("in_dtype")), int_or_none(number(get("group_size"))), True,
             number(get("t")), as_int(get("step"), -1), line, None, number(get("dur_s")))
