@@ -304,29 +304,6 @@ class OpTable:
     def rows(self) -> list[CollOp]:
         return [self.row(i) for i in range(len(self))]
 
-    def appended(self, op: CollOp) -> "OpTable":
-        """This table with ``op`` as one more row (a heartbeat's pending collective)."""
-        extra = make_table(self.rank, op.file, [_cells(op)])
-        names = {kind: list(getattr(self, f"{kind}_names")) for kind in ("group", "op", "dtype")}
-        codes = {kind: _code_in(names[kind], getattr(extra, f"{kind}_names"),
-                                int(getattr(extra, kind)[0])) for kind in names}
-        cols = {name: np.concatenate((getattr(self, name), getattr(extra, name)))
-                for name in COLUMNS}
-        for kind, code in codes.items():
-            cols[kind][-1] = code
-        return OpTable(self.rank, self.file, names["group"], names["op"], names["dtype"],
-                       **cols, notes={**self.notes, len(self): (op.file, op.note)})
-
-
-def _code_in(names: list, extra_names: list, code: int) -> int:
-    """The code, in ``names`` (extended if need be), of ``extra_names[code]``."""
-    if code < 0:
-        return code
-    text = extra_names[code]
-    if text not in names:
-        names.append(text)
-    return names.index(text)
-
 
 def _cells(r: CollOp) -> tuple:
     return (r.group, r.seq, r.op, r.in_numel, r.out_numel, r.dtype, r.group_size,
@@ -339,5 +316,9 @@ def _cell(value) -> int | None:
 
 
 def ops_table(rows: list[CollOp], rank: int, file: str) -> OpTable:
-    """A table from rows (a source that is not read column by column)."""
-    return make_table(rank, file, [_cells(r) for r in rows])
+    """A table from rows (a source that is not read column by column); a row's own file
+    and note stay its evidence."""
+    table = make_table(rank, file, [_cells(r) for r in rows])
+    table.notes = {i: (r.file, r.note) for i, r in enumerate(rows)
+                   if r.note or r.file != file}
+    return table

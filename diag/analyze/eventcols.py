@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from operator import attrgetter, itemgetter
 from pathlib import Path
 
 import msgspec
 import numpy as np
 
 from diag.analyze.collops import NO_INT, OpTable, _floats, _ints, as_int, int_or_none, \
-    make_table, number, text_or_none
+    make_table, number, table_of_columns, text_or_none
 from diag.format.events import Problem, RankLog, _clean_header, _parse, _Problems, _record_ok
 from diag.format.infile import open_regular
 
@@ -104,13 +105,32 @@ def _int(value) -> int | None:
 
 def steps_table(rank: int | None, rows: list[tuple]) -> StepTable:
     """A table from (line, step, phases, *STEP_FLOATS) rows."""
-    cols = list(zip(*rows)) if rows else [()] * (3 + len(STEP_FLOATS))
+    return steps_of_columns(rank, list(zip(*rows)) if rows else [()] * (3 + len(STEP_FLOATS)))
+
+
+def steps_of_columns(rank: int | None, cols: list) -> StepTable:
+    """A table from (line, step, phases, *STEP_FLOATS) columns."""
     lines, steps, phases = cols[:3]
     floats = {name: _float_column(values) for name, values in zip(STEP_FLOATS, cols[3:])}
+    return StepTable(rank, _ints(steps), np.array(lines, np.int64), floats,
+                     _phase_columns(phases))
+
+
+def _phase_columns(phases) -> dict[str, np.ndarray]:
+    """Phase name -> its time per step (NaN where a step lacks it). When every step has
+    the first step's phases, they are taken at C speed."""
+    first = next((p for p in phases if p), None)
+    if first:
+        names = sorted(first)
+        try:
+            columns = zip(*map(itemgetter(*names), phases)) if len(names) > 1 else \
+                [[p[names[0]] for p in phases]]
+            if all(len(p) == len(names) for p in phases):
+                return {n: _float_column(c) for n, c in zip(names, columns)}
+        except (KeyError, TypeError):
+            pass  # a step without phases, or with others
     names = sorted({n for p in phases if p for n in p})
-    by_phase = {n: _float_column([p.get(n) if p else None for p in phases]) for n in names}
-    return StepTable(rank, _ints(steps),
-                     np.array(lines, np.int64), floats, by_phase)
+    return {n: _float_column([p.get(n) if p else None for p in phases]) for n in names}
 
 
 def _float_column(values) -> np.ndarray:
@@ -168,32 +188,63 @@ def _coll_dict(ops: OpTable, i: int) -> dict:
 
 
 class _Segment:
-    """One segment being read: its kept records, and its collective and step rows."""
+    """One segment being read: its kept records, and its collective and step rows, those
+    the typed decoder took (structs, with their line numbers) and the careful path's."""
 
     def __init__(self, path: str, header: dict | None) -> None:
         self.log = CompactLog(path, header)
-        self.colls: list = []  # (line, _Line) fast rows or (line, cells) careful ones
-        self.steps: list = []
-        self.careful = False  # rows of both shapes: sort by line before building
+        self.colls: list[_Line] = []
+        self.coll_lines: list[int] = []
+        self.steps: list[_Line] = []
+        self.step_lines: list[int] = []
+        self.careful_colls: list[tuple] = []  # COLUMNS cells
+        self.careful_steps: list[tuple] = []  # (line, step, phases, *STEP_FLOATS)
 
     def freeze(self) -> CompactLog:
         log, rank = self.log, self.log.rank if self.log.header else -1
-        log.ops = make_table(rank, log.path, _coll_cells(self.colls, self.careful))
-        log.steps = steps_table(log.rank, _step_cells(self.steps, self.careful))
+        colls = _coll_columns(self.colls, self.coll_lines)
+        if self.careful_colls:
+            rows = sorted([*zip(*colls), *self.careful_colls], key=lambda c: c[10])
+            log.ops = make_table(rank, log.path, rows)
+        else:
+            log.ops = table_of_columns(rank, log.path, colls)
+        steps = _step_columns(self.steps, self.step_lines)
+        if self.careful_steps:
+            rows = sorted([*zip(*steps), *self.careful_steps], key=lambda c: c[0])
+            steps = list(zip(*rows)) if rows else steps
+        log.steps = steps_of_columns(log.rank, steps)
         return log
 
 
-def _coll_cells(rows: list, careful: bool) -> list[tuple]:
-    cells = [(r.group or "", r.seq or 0, "None" if r.op is None else r.op, r.in_numel, r.out_numel, r.in_dtype,
-              r.group_size, True, r.t, -1 if r.step is None else r.step, line, None, r.dur_s)
-             if type(r) is _Line else r for line, r in rows]
-    return sorted(cells, key=lambda c: c[10]) if careful else cells
+_COLL_FIELDS = attrgetter("group", "seq", "op", "in_numel", "out_numel", "in_dtype",
+                          "group_size", "t", "step", "dur_s")
+_STEP_FIELDS = attrgetter("step", "phases", *STEP_FLOATS)
 
 
-def _step_cells(rows: list, careful: bool) -> list[tuple]:
-    cells = [(line, r.step, r.phases, r.t, r.dur_s, r.iter_s, r.comm_s, r.comm_wait_s, r.loss,
-              r.grad_norm, r.mono) if type(r) is _Line else r for line, r in rows]
-    return sorted(cells, key=lambda c: c[0]) if careful else cells
+def _coll_columns(rows: list[_Line], lines: list[int]) -> list:
+    """``COLUMNS`` columns of decoded collectives, with read_events' defaults (a missing
+    group is "", seq 0, op "None", step -1). Fields are taken at C speed (attrgetter,
+    then a transpose); a column is only walked in Python when it holds a None."""
+    n = len(rows)
+    if not n:
+        return [()] * 13
+    group, seq, op, in_numel, out_numel, dtype, group_size, t, step, dur = \
+        zip(*map(_COLL_FIELDS, rows))
+    group, seq, op, step = (_defaulted(c, d) for c, d in (
+        (group, ""), (seq, 0), (op, "None"), (step, -1)))
+    return [group, seq, op, in_numel, out_numel, dtype, group_size, (True,) * n, t, step,
+            lines, (None,) * n, dur]
+
+
+def _defaulted(column: tuple, default) -> tuple:
+    return tuple(default if v is None else v for v in column) if None in column else column
+
+
+def _step_columns(rows: list[_Line], lines: list[int]) -> list:
+    """(line, step, phases, *STEP_FLOATS) columns of decoded steps."""
+    if not rows:
+        return [()] * (3 + len(STEP_FLOATS))
+    return [lines, *zip(*map(_STEP_FIELDS, rows))]
 
 
 def _careful_coll(rec: dict, line: int) -> tuple:
@@ -212,51 +263,110 @@ def _careful_step(rec: dict, line: int) -> tuple:
     return (line, rec.get("step"), phases, *(number(rec.get(n)) for n in STEP_FLOATS))
 
 
+BLOCK_BYTES = 16 << 20  # read and decode this much at a time: bounded, and few calls
+
+
 def read_compact(path: str | Path) -> tuple[list[CompactLog], list[Problem]]:
     """All segments of one events file, collectives and steps as columns, and the
     problems met while reading it (the same as ``read_events`` reports)."""
-    path = str(path)
-    segments: list[_Segment] = []
-    problems = _Problems(path)
-    current: _Segment | None = None
-    rejected = False  # the segment's header was unusable: its records go with it
+    reader = _Reader(str(path))
     with open_regular(path) as fh:
-        for lineno, raw in enumerate(fh, 1):
+        reader.read(fh)
+    return [s.freeze() for s in reader.segments], reader.problems.all()
+
+
+class _Reader:
+    """The reading state of one file: its segments so far, the one being filled, and
+    whether the last header was refused (its records go with it)."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self.problems = path, _Problems(path)
+        self.segments: list[_Segment] = []
+        self.current: _Segment | None = None
+        self.rejected = False
+
+    def read(self, fh) -> None:
+        """Block by block: a block whose every line the typed decoder takes is decoded
+        in one pass and sorted with comprehensions; any other, line by line."""
+        base, rest = 0, b""
+        while data := fh.read(BLOCK_BYTES):
+            data = rest + data
+            cut = data.rfind(b"\n") + 1
+            block, rest = data[:cut], data[cut:]
+            lines = block.split(b"\n")[:-1]
+            try:
+                recs = list(map(_decode, lines))
+            except msgspec.DecodeError:
+                self.lines(base, [line + b"\n" for line in lines])
+            else:
+                self.block(base, lines, recs)
+            base += len(lines)
+        if rest:  # a last line without its newline: torn, or complete but unterminated
+            self.lines(base, [rest])
+
+    def lines(self, base: int, lines: list[bytes]) -> None:
+        for lineno, raw in enumerate(lines, base + 1):
             try:
                 fast = _decode(raw)
             except msgspec.DecodeError:
                 fast = None
             if fast is not None and fast.kind in ("collective", "step") and not fast.p2p:
-                if rejected:
-                    continue
-                if current is None:
-                    current = _orphan(segments, path, lineno, problems)
-                (current.colls if fast.kind == "collective" else current.steps).append(
-                    (lineno, fast))
-                continue
-            record = _parse(raw, lineno, problems)
-            if record is None:
-                continue
-            if record.get("kind") == "header":
-                header = _clean_header(record, lineno, problems)
-                rejected, current = header is None, None
-                if header is not None:
-                    current = _Segment(path, header)
-                    segments.append(current)
-                continue
-            if rejected or not _record_ok(record, lineno, problems):
-                continue
-            if current is None:
-                current = _orphan(segments, path, lineno, problems)
-            _keep(current, record, lineno)
-    return [s.freeze() for s in segments], problems.all()
+                self.rows(lineno, [fast])
+            else:
+                self.careful(lineno, raw)
 
+    def block(self, base: int, lines: list[bytes], recs: list[_Line]) -> None:
+        """Runs of collectives and steps go to the columns whole; the records between
+        them (headers, closes, p2p, ...) through the careful path, in order."""
+        special = [i for i, r in enumerate(recs)
+                   if r.p2p or (r.kind != "collective" and r.kind != "step")]
+        start = 0
+        for i in [*special, len(recs)]:
+            if i > start:
+                self.rows(base + start + 1, recs[start:i])
+            if i < len(recs):
+                self.careful(base + i + 1, lines[i] + b"\n")
+            start = i + 1
 
-def _orphan(segments: list, path: str, lineno: int, problems: _Problems) -> _Segment:
-    segment = _Segment(path, None)
-    segments.append(segment)
-    problems.add(lineno, "records before any header")
-    return segment
+    def rows(self, first_line: int, recs: list[_Line]) -> None:
+        """Consecutive collective and step records starting at ``first_line``."""
+        if self.rejected:
+            return
+        if self.current is None:
+            self.current = self.orphan(first_line)
+        seg = self.current
+        if all(r.kind == "collective" for r in recs):
+            seg.colls += recs
+            seg.coll_lines += range(first_line, first_line + len(recs))
+            return
+        is_coll = [r.kind == "collective" for r in recs]
+        seg.colls += [r for r, c in zip(recs, is_coll) if c]
+        seg.coll_lines += [n for n, c in enumerate(is_coll, first_line) if c]
+        seg.steps += [r for r, c in zip(recs, is_coll) if not c]
+        seg.step_lines += [n for n, c in enumerate(is_coll, first_line) if not c]
+
+    def careful(self, lineno: int, raw: bytes) -> None:
+        record = _parse(raw, lineno, self.problems)
+        if record is None:
+            return
+        if record.get("kind") == "header":
+            header = _clean_header(record, lineno, self.problems)
+            self.rejected, self.current = header is None, None
+            if header is not None:
+                self.current = _Segment(self.path, header)
+                self.segments.append(self.current)
+            return
+        if self.rejected or not _record_ok(record, lineno, self.problems):
+            return
+        if self.current is None:
+            self.current = self.orphan(lineno)
+        _keep(self.current, record, lineno)
+
+    def orphan(self, lineno: int) -> _Segment:
+        segment = _Segment(self.path, None)
+        self.segments.append(segment)
+        self.problems.add(lineno, "records before any header")
+        return segment
 
 
 def _keep(segment: _Segment, record: dict, lineno: int) -> None:
@@ -264,12 +374,10 @@ def _keep(segment: _Segment, record: dict, lineno: int) -> None:
     columns (a step also kept whole: it may carry a non-finite value), the rest whole."""
     kind = record.get("kind")
     if kind == "collective" and not record.get("p2p"):
-        segment.colls.append((lineno, _careful_coll(record, lineno)))
-        segment.careful = True
+        segment.careful_colls.append(_careful_coll(record, lineno))
         return
     if kind == "step":
-        segment.steps.append((lineno, _careful_step(record, lineno)))
-        segment.careful = True
+        segment.careful_steps.append(_careful_step(record, lineno))
     segment.log.records.append(record)
     segment.log.lines.append(lineno)
 

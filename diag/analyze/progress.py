@@ -10,34 +10,37 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
-from diag.analyze.collops import PENDING, CollOp, OpTable, as_int, number, text_or_none
+from diag.analyze.collops import PENDING, CollOp, OpTable, as_int, number, ops_table, \
+    text_or_none
 from diag.analyze.eventcols import ops_of
 from diag.analyze.inputs import Inputs
 from diag.format import schema
 from diag.format.heartbeat import RankBeat, parse_beat
 
 
-def from_events(inputs: Inputs) -> dict[int, OpTable]:
-    """rank -> its non-p2p collectives in issue order, the pending one (if any) last.
-    Computed once per ``Inputs``: every detector asks."""
+def from_events(inputs: Inputs) -> dict[int, list[OpTable]]:
+    """rank -> its non-p2p collectives in issue order: the log's table, then a one-row
+    table of the pending collective its heartbeat names, if the log lacks it. Computed
+    once per ``Inputs``: every detector asks."""
     cached = inputs.cache.get("events_ops")
     if cached is None:
         cached = inputs.cache["events_ops"] = _events_ops(inputs)
     return cached
 
 
-def _events_ops(inputs: Inputs) -> dict[int, OpTable]:
+def _events_ops(inputs: Inputs) -> dict[int, list[OpTable]]:
     beats = heartbeats(inputs)
-    out: dict[int, OpTable] = {}
+    out: dict[int, list[OpTable]] = {}
     for rank, log in inputs.events.items():
-        table = ops_of(log)
+        out[rank] = [ops_of(log)]
         pending = beats[rank].pending if rank in beats else None
-        if pending is not None and not _has(table, pending):
-            table = table.appended(_from_pending(rank, pending, beats[rank]))
-        out[rank] = table
+        if pending is not None and not _has(out[rank][0], pending):
+            out[rank].append(ops_table([_from_pending(rank, pending, beats[rank])], rank,
+                                       log.path))
     return out
 
 
@@ -73,9 +76,9 @@ def heartbeats(inputs: Inputs) -> dict[int, RankBeat]:
     return beats
 
 
-def from_flight_recorder(inputs: Inputs) -> dict[int, OpTable]:
+def from_flight_recorder(inputs: Inputs) -> dict[int, list[OpTable]]:
     """rank -> its non-p2p Flight Recorder entries, in record order."""
-    return {rank: dump.ops for rank, dump in inputs.fr.items()
+    return {rank: [dump.ops] for rank, dump in inputs.fr.items()
             if dump.rank is not None and dump.ops is not None}
 
 
@@ -88,20 +91,25 @@ def groups_of(inputs: Inputs, source: str) -> dict[str, dict[int, "RankSeqs"]]:
     return inputs.cache[key]
 
 
-def by_group(tables: dict[int, OpTable]) -> dict[str, dict[int, "RankSeqs"]]:
+def by_group(tables: dict[int, list[OpTable]]) -> dict[str, dict[int, "RankSeqs"]]:
     """group -> rank -> that rank's collectives in the group, seq -> op (the last one
     wins when a seq repeats). Ops and dtypes get codes shared by every rank, so columns
     of different ranks compare directly."""
     vocab: dict[str, dict] = {"op": {}, "dtype": {}}
     out: dict[str, dict[int, RankSeqs]] = {}
-    for rank, table in tables.items():
-        ops = _shared_codes(vocab["op"], table.op_names)[table.op]
-        dtypes = _shared_codes(vocab["dtype"], table.dtype_names, none=True)[table.dtype + 1]
-        for code, group in enumerate(table.group_names):
-            rows = np.arange(len(table)) if len(table.group_names) == 1 else \
-                np.flatnonzero(table.group == code)
-            if len(rows):
-                out.setdefault(group, {})[rank] = RankSeqs(table, rows, ops, dtypes)
+    for rank, parts in tables.items():
+        by_name: dict[str, list] = {}
+        for table in parts:
+            ops = _shared_codes(vocab["op"], table.op_names)
+            dtypes = _shared_codes(vocab["dtype"], table.dtype_names, none=True)
+            for code, group in enumerate(table.group_names):
+                rows = slice(None) if len(table.group_names) == 1 else \
+                    np.flatnonzero(table.group == code)
+                if len(table) if type(rows) is slice else len(rows):
+                    by_name.setdefault(group, []).append(
+                        Part(table, rows, ops, dtypes, vocab["op"]))
+        for group, found in by_name.items():
+            out.setdefault(group, {})[rank] = RankSeqs(found)
     return out
 
 
@@ -121,43 +129,84 @@ def _shared_codes(vocab: dict, names: list, none: bool = False) -> np.ndarray:
     return np.array([-1, *codes] if none else codes, np.int64)
 
 
+@dataclass(frozen=True)
+class Part:
+    """Rows of one table in one group, with the table's shared op and dtype codes."""
+
+    table: OpTable
+    rows: np.ndarray | slice  # slice(None): all of them (a view, not a copy)
+    op_codes: np.ndarray  # local op code -> shared
+    dtype_codes: np.ndarray  # local dtype code + 1 -> shared (-1: not known)
+    op_vocab: dict  # op name -> shared code, the one dict every part of a source shares
+
+
 class RankSeqs(Mapping):
     """One rank's collectives in one group: a mapping seq -> ``CollOp`` whose rows are
     built only when asked for, over columns sorted by seq that the detectors compare
-    whole (``seqs``, ``ops``, ``numels``, ...)."""
+    whole (``seqs``, ``ops``, ``dtypes``, ``col(name)``). The rows may come from several
+    tables (a log's, and its heartbeat's pending collective)."""
 
-    def __init__(self, table: OpTable, rows: np.ndarray, ops: np.ndarray,
-                 dtypes: np.ndarray) -> None:
-        seqs = table.seq[rows]
+    def __init__(self, parts: list[Part]) -> None:
+        self.parts = parts
+        seqs = _joined([p.table.seq[p.rows] for p in parts])
+        keep = slice(None)  # the rows in order, as a view
         if len(seqs) > 1 and not np.all(seqs[1:] > seqs[:-1]):
             # Repeated or out-of-order seqs: keep each seq's last row, in seq order.
-            last = len(seqs) - 1 - np.unique(seqs[::-1], return_index=True)[1]
-            rows = rows[last]
-            seqs = table.seq[rows]
-        self.table, self.rows, self.seqs = table, rows, seqs
-        self.ops, self.dtypes = ops[rows], dtypes[rows]
+            keep = len(seqs) - 1 - np.unique(seqs[::-1], return_index=True)[1]
+        self.keep, self.seqs = keep, seqs[keep]
+        self.ops = self._joined(lambda p: p.op_codes[p.table.op[p.rows]])
+        self.dtypes = self._joined(lambda p: p.dtype_codes[p.table.dtype[p.rows] + 1])
+        self._cols: dict[str, np.ndarray] = {}
+
+    def _joined(self, column) -> np.ndarray:
+        return _joined([column(p) for p in self.parts])[self.keep]
 
     @property
     def rank(self) -> int:
-        return self.table.rank
+        return self.parts[0].table.rank
+
+    def with_ops(self, names) -> np.ndarray:
+        """Positions whose op is one of ``names``."""
+        codes = [c for n, c in self.parts[0].op_vocab.items() if n in names]
+        return np.flatnonzero(np.isin(self.ops, codes))
 
     @property
     def last(self) -> int:
         return int(self.seqs[-1])
 
     def col(self, name: str) -> np.ndarray:
-        """A column of the table, in this mapping's (seq) order."""
-        return getattr(self.table, name)[self.rows]
+        """A column of the tables (``COLUMNS``), in this mapping's (seq) order."""
+        found = self._cols.get(name)
+        if found is None:
+            found = self._cols[name] = self._joined(lambda p: getattr(p.table, name)[p.rows])
+        return found
 
-    def at(self, seqs: np.ndarray) -> np.ndarray:
-        """Positions of ``seqs`` (all present) in this mapping's columns."""
+    def at(self, seqs: np.ndarray) -> np.ndarray | slice:
+        """Positions of ``seqs`` (all present) in this mapping's columns: a slice when
+        they are a run of consecutive positions (the usual case), else an array."""
+        if not len(seqs):
+            return slice(0, 0)
+        start = int(np.searchsorted(self.seqs, seqs[0]))
+        end = start + len(seqs)
+        if end <= len(self.seqs) and self.seqs[end - 1] == seqs[-1]:
+            return slice(start, end)  # sorted, unique and all present: these very seqs
         return np.searchsorted(self.seqs, seqs)
+
+    def row(self, i: int) -> CollOp:
+        """The op at position ``i`` of the columns."""
+        i = i if type(self.keep) is slice else int(self.keep[i])
+        for p in self.parts:
+            rows = np.arange(len(p.table))[p.rows]
+            if i < len(rows):
+                return p.table.row(int(rows[i]))
+            i -= len(rows)
+        raise IndexError(i)
 
     def __getitem__(self, seq) -> CollOp:
         i = int(np.searchsorted(self.seqs, seq)) if type(seq) is int else len(self.seqs)
         if i >= len(self.seqs) or self.seqs[i] != seq:
             raise KeyError(seq)
-        return self.table.row(int(self.rows[i]))
+        return self.row(i)
 
     def __iter__(self):
         return iter(self.seqs.tolist())
@@ -168,6 +217,10 @@ class RankSeqs(Mapping):
     def __contains__(self, seq) -> bool:
         i = int(np.searchsorted(self.seqs, seq)) if type(seq) is int else len(self.seqs)
         return i < len(self.seqs) and self.seqs[i] == seq
+
+
+def _joined(arrays: list[np.ndarray]) -> np.ndarray:
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
 def group_members(inputs: Inputs, group: str, seen: set[int]) -> set[int]:

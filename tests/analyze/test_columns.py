@@ -110,7 +110,7 @@ def test_repeated_seqs_keep_the_last_row(tmp_path):
     path = tmp_path / "rank1.jsonl"
     write_lines(path, [HEADER, coll(1), coll(2), coll(2, op="broadcast"), coll(3)])
     (log,), _ = read_compact(path)
-    seqs = by_group({1: log.ops})["0"][1]
+    seqs = by_group({1: [log.ops]})["0"][1]
     assert list(seqs) == [1, 2, 3] and seqs.last == 3 and 2 in seqs and 4 not in seqs
     assert seqs[2].op == "broadcast" and seqs[2].line == 4
     with pytest.raises(KeyError):
@@ -140,6 +140,10 @@ def test_workers_give_what_one_process_gives(tmp_path):
     alone.pop("seconds"), side_by_side.pop("seconds")
     assert side_by_side == alone
     assert alone["findings"][0]["culprit"]["ranks"] == [2]
+    # The victims wait in the collective their heartbeats name, which their logs lack.
+    victims = next(f for f in alone["findings"] if not f["root_cause"])
+    assert all(e["text"].startswith("heartbeat: rank") and "heartbeat" in e["file"]
+               for e in victims["evidence"])
 
 
 def test_fr_dump_fast_path_equals_the_per_entry_path():

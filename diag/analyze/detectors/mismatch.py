@@ -179,9 +179,8 @@ def _size_rules(group: str, ranks: dict[int, RankSeqs]) -> list[Finding]:
     """all_gather's output is group_size x its input, reduce_scatter's input is
     group_size x its output; a rank breaking that passed a wrong-sized buffer."""
     for r, seqs in sorted(ranks.items()):
-        ruled = np.array([n in RULED_OPS for n in seqs.table.op_names], bool)
-        for i in np.flatnonzero(ruled[seqs.col("op")]) if len(ruled) else ():
-            row = seqs.table.row(int(seqs.rows[i]))
+        for i in seqs.with_ops(RULED_OPS):
+            row = seqs.row(int(i))
             if _breaks_size_rule(row):
                 return [Finding(
                     category=Category.SHAPE_MISMATCH, severity=Severity.CRITICAL, confidence=0.85,
