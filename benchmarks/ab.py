@@ -1,6 +1,7 @@
 """One ddiag command, two versions of ddiag, side by side in one run: the ratio is what
 counts on a noisy machine. The versions alternate (A B B A A B ...), each run in its own
-process, which reports its own peak RSS.
+process; memory is the peak PSS of that process and any workers it starts together
+(``proctree.py``).
 
     git worktree add /tmp/base <rev>
     python benchmarks/ab.py --base /tmp/base --runs 3 -- analyze /tmp/run --json
@@ -16,20 +17,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-# Runs ddiag's CLI and reports the process's own peak RSS (KiB) on stderr.
-RUNNER = ("import atexit, resource, sys; "
-          "atexit.register(lambda: sys.stderr.write('\\nPEAK_RSS_KB=%d\\n' % "
-          "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)); "
-          "from diag.cli import main; sys.argv = ['ddiag'] + sys.argv[1:]; main()")
-_PEAK = re.compile(r"PEAK_RSS_KB=(\d+)")
+sys.path.insert(0, str(Path(__file__).parent))
+from proctree import measure  # noqa: E402
+
+RUNNER = "import sys; from diag.cli import main; sys.argv = ['ddiag'] + sys.argv[1:]; main()"
 _TIMING_KEYS = ("seconds",)
 
 
@@ -39,12 +36,8 @@ def one(root: Path, args: list[str]) -> tuple[float, int, str]:
     env = {**os.environ, "PYTHONPATH": str(root)}
     args = [str(Path(a).resolve()) if not a.startswith("-") and Path(a).exists() else a
             for a in args]
-    t0 = time.monotonic()
-    res = subprocess.run([sys.executable, "-c", RUNNER, *args], capture_output=True, text=True,
-                         env=env, timeout=3600, cwd=root)
-    wall = time.monotonic() - t0
-    peak = _PEAK.findall(res.stderr)
-    return wall, int(peak[-1]) if peak else 0, _comparable(res.stdout)
+    m = measure([sys.executable, "-c", RUNNER, *args], env=env, timeout=3600, cwd=root)
+    return m.wall_s, m.peak_mb * 1024, _comparable(m.stdout)
 
 
 def _comparable(stdout: str) -> str:

@@ -3,11 +3,13 @@
 Generates N ranks x M all_reduce entries of pickled Flight Recorder dumps in torch's
 format (version 2.10, NCCL-style ``pg_config`` keyed by the group name), with one rank
 that never issued the last collective, then runs both analyzers side by side, each in
-its own process, and prints their verdicts, wall times, peak RSS and the time ratio.
+its own process, and prints their verdicts, wall times, peak memory (PSS of the process
+and any workers it starts, ``proctree.py``) and the ratios.
 
     python benchmarks/fr_compare.py [--ranks 1024] [--entries 2000]
 
-Goal: the same culprit, and ddiag at least 5x faster.
+Goal (issue 22): the same culprit, ddiag at least 20x faster and in at most a fifth of
+fr_trace's memory.
 """
 
 from __future__ import annotations
@@ -17,21 +19,22 @@ import json
 import pickle
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+import proctree  # noqa: E402
+
 PREFIX = "nccl_trace_rank_"
 T0_NS = 1_800_000_000 * 10**9
 FRAMES = [{"name": "all_reduce", "filename": "torch/distributed/distributed_c10d.py", "line": 3245},
           {"name": "train_step", "filename": "train.py", "line": 88}]
-# Runs a module as __main__ and reports the process's own peak RSS (KiB) on stderr.
-RUNNER = ("import atexit, resource, runpy, sys; "
-          "atexit.register(lambda: sys.stderr.write('\\nPEAK_RSS_KB=%d\\n' % "
-          "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)); "
-          "mod = sys.argv[1]; sys.argv = sys.argv[1:]; runpy.run_module(mod, run_name='__main__')")
+# Runs a module as __main__.
+RUNNER = ("import runpy, sys; mod = sys.argv[1]; sys.argv = sys.argv[1:]; "
+          "runpy.run_module(mod, run_name='__main__')")
+SPEEDUP_GOAL, MEMORY_GOAL = 20.0, 0.2
 
 
 def entry(seq: int, done: bool) -> dict:
@@ -59,13 +62,9 @@ def generate(root: Path, ranks: int, entries: int, missing: int) -> None:
 
 
 def measure(module: str, *args: str) -> dict:
-    start = time.monotonic()
-    res = subprocess.run([sys.executable, "-c", RUNNER, module, *args],
-                         capture_output=True, text=True)
-    wall = time.monotonic() - start
-    peak = re.search(r"PEAK_RSS_KB=(\d+)", res.stderr)
-    return {"wall_s": round(wall, 2), "peak_rss_mb": round(int(peak.group(1)) / 1024) if peak else None,
-            "exit": res.returncode, "stdout": res.stdout, "stderr": res.stderr}
+    m = proctree.measure([sys.executable, "-c", RUNNER, module, *args])
+    return {"wall_s": m.wall_s, "peak_mb": m.peak_mb, "exit": m.returncode, "stdout": m.stdout,
+            "stderr": m.stderr}
 
 
 def fr_trace_verdict(out: str) -> list[int] | None:
@@ -103,14 +102,18 @@ def main() -> None:
         "ranks": args.ranks, "entries_per_rank": args.entries, "dump_mb": round(size),
         "generate_s": round(time.monotonic() - t0 - ours["wall_s"] - theirs["wall_s"], 1),
         "injected_missing_rank": missing,
-        "ddiag": {"wall_s": ours["wall_s"], "peak_rss_mb": ours["peak_rss_mb"],
+        "ddiag": {"wall_s": ours["wall_s"], "peak_mb": ours["peak_mb"],
                   "category": category, "culprit": culprit},
-        "fr_trace": {"wall_s": theirs["wall_s"], "peak_rss_mb": theirs["peak_rss_mb"],
+        "fr_trace": {"wall_s": theirs["wall_s"], "peak_mb": theirs["peak_mb"],
                      "missing_ranks": fr_trace_verdict(theirs["stdout"] + theirs["stderr"]),
                      "exit": theirs["exit"]},
     }
     result["speedup"] = round(theirs["wall_s"] / ours["wall_s"], 1) if ours["wall_s"] else None
+    result["memory_ratio"] = round(ours["peak_mb"] / theirs["peak_mb"], 3) \
+        if theirs["peak_mb"] else None
     result["same_culprit"] = culprit == result["fr_trace"]["missing_ranks"] == [missing]
+    result["goal_met"] = bool(result["same_culprit"] and (result["speedup"] or 0) >= SPEEDUP_GOAL
+                              and (result["memory_ratio"] or 1) <= MEMORY_GOAL)
     print(json.dumps(result, indent=None if args.json else 2))
 
 

@@ -30,6 +30,15 @@ def feed(watcher, frames, start=100.0, dt=1.0):
     return None, None
 
 
+def test_polls_thin_out_to_a_few_percent_of_a_core_but_not_past_a_tenth_of_the_stall():
+    from diag.watch.loop import poll_interval
+
+    assert poll_interval(0.5, 60, 0.001) == 0.5  # a small job: the set pace
+    assert poll_interval(0.5, 60, 0.16) == pytest.approx(0.16 / 0.03)  # 4096 ranks: ~5 s
+    assert poll_interval(0.5, 20, 0.16) == 2.0  # never later than stall / 10
+    assert poll_interval(0.5, 60, 0.16, cpu_share=None) == 0.5
+
+
 def test_no_alarm_while_anyone_progresses():
     frames = [[beat(0, s, s), beat(1, s, s)] for s in range(30)]
     assert feed(Watcher(stall_s=5), frames)[0] is None

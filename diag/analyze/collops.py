@@ -8,6 +8,7 @@ only composed when a finding quotes it.
 from __future__ import annotations
 
 import math
+import operator
 import sys
 from dataclasses import dataclass, field
 
@@ -79,34 +80,54 @@ def fr_ops(entries: list, rank: int, path: str) -> "OpTable":
     """A dump's non-p2p entries as a table, in record order; the dicts can then be freed.
     A dump written by torch is read field by field across all its entries; one with an
     entry of another shape, entry by entry."""
-    entries = [e for e in entries if isinstance(e, dict) and not e.get("is_p2p")]
+    try:
+        p2p = [e.get("is_p2p") for e in entries]
+    except AttributeError:  # not all dicts
+        p2p = [True]
+    if any(p2p):
+        entries = [e for e in entries if isinstance(e, dict) and not e.get("is_p2p")]
     try:
         return table_of_columns(rank, path, _well_formed_dump(entries))
     except (KeyError, TypeError, IndexError, ValueError, AttributeError):
         return make_table(rank, path, [from_fr_entry(e, i) for i, e in enumerate(entries)])
 
 
+_FR_FIELDS = operator.itemgetter("profiling_name", "process_group", "input_dtypes",
+                                 "collective_seq_id", "time_created_ns", "input_sizes", "state",
+                                 "retired")
+
+
 def _well_formed_dump(entries: list[dict]) -> list:
     """The entries as ``COLUMNS`` columns; raises (TypeError, KeyError) unless every
-    entry has the fields and types torch writes."""
-    names = [e["profiling_name"] for e in entries]
-    groups = [e["process_group"][0] for e in entries]
-    dtypes = [d[0] if d else None for d in (e["input_dtypes"] for e in entries)]
-    seqs = [e["collective_seq_id"] for e in entries]
-    created = [e["time_created_ns"] for e in entries]
+    entry has the fields and types torch writes. The fields are taken in one pass over
+    the entries (each entry's dict is visited once) and checked column by column."""
+    if not entries:
+        return [()] * len(COLUMNS)
+    names, pgs, dtypes, seqs, created, sizes, states, retired = zip(*map(_FR_FIELDS, entries))
+    groups = [pg[0] for pg in pgs]
+    dtypes = [d[0] if d else None for d in dtypes]
     _only(names, str), _only(groups, str), _only(dtypes, str, type(None))
     _only(seqs, int), _only(created, int)
     op_of = {n: sys.intern(n.split(":", 1)[-1]) for n in set(names)}
     ops = list(map(op_of.__getitem__, names))
-    numels = [_prod(s[0]) if len(s) == 1 else sum(map(_prod, s))
-              for s in (e["input_sizes"] for e in entries)]
     outs = [_numel(e.get("output_sizes")) if op in SIZE_RULED_OPS else None
-            for e, op in zip(entries, ops)]
-    done = [e["state"] == "completed" or e["retired"] is True for e in entries]
+            for e, op in zip(entries, ops)] if not SIZE_RULED_OPS.isdisjoint(op_of.values()) \
+        else (None,) * len(entries)
+    done = [s == "completed" or r is True for s, r in zip(states, retired)]
     unknown = (None,) * len(entries)
-    return [groups, seqs, ops, numels, outs, dtypes, unknown, done,
+    return [groups, seqs, ops, _numels(sizes), outs, dtypes, unknown, done,
             np.array(created, np.int64) / 1e9, unknown, unknown, np.arange(len(entries)),
             unknown]
+
+
+def _numels(sizes: list) -> list[int]:
+    """Each entry's input numel. When every entry has one tensor, checked to be all int
+    dims and multiplied at C speed; else entry by entry."""
+    if all(len(s) == 1 for s in sizes):
+        dims = [s[0] for s in sizes]
+        _only([d for ds in dims for d in ds], int)  # math.prod would repeat a list
+        return list(map(math.prod, dims))
+    return [_prod(s[0]) if len(s) == 1 else sum(map(_prod, s)) for s in sizes]
 
 
 def _only(values: list, *types) -> None:

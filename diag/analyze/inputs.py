@@ -473,6 +473,19 @@ def run_jobs(jobs: list[tuple[str, str, int]], limits: Limits) -> list[tuple]:
         return list(pool.map(functools.partial(_run_job, limits=limits), jobs, chunksize=chunk))
 
 
+def read_event_files(paths: list[Path], limits: Limits = Limits()
+                     ) -> list[tuple[list[RankLog], list[Problem]]]:
+    """Event logs read as columns, (segments, problems) per path, side by side when
+    there is enough to read (``run_jobs``)."""
+    jobs = []
+    for path in paths:
+        try:
+            jobs.append(("events", str(path), os.stat(path).st_size))
+        except OSError:
+            jobs.append(("events", str(path), 0))  # the job reports why it is unreadable
+    return [(segments or [], problems) for segments, problems in run_jobs(jobs, limits)]
+
+
 def _workers(limits: Limits) -> int:
     if limits.workers is not None:
         return limits.workers

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from diag.analyze.eventcols import CompactLog, ops_of, read_compact, steps_of
+from diag.analyze.eventcols import CompactLog, ops_of, steps_of
+from diag.analyze.inputs import read_event_files
 from diag.format.events import Problem, RankLog, read_run_events
 from diag.format.ranks import as_ranges, first_ranks, missing_ranges, ranges_text
 from diag.format.rundir import RunDir, read_run_json
@@ -90,7 +91,7 @@ def _last_seqs(ops) -> dict:
 def summarize(run_dir: str | Path) -> RunSummary:
     root = Path(run_dir)
     rd = RunDir(root)
-    logs, problems = read_run_events(root, reader=read_compact)
+    logs, problems = read_run_events(root, read_all=read_event_files)
     run = _run_json(rd, problems)
     ranks = [summarize_rank(logs[r]) for r in sorted(logs)]
     sizes = {log.header.get("world_size") for log in logs.values()} - {None}

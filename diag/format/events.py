@@ -193,20 +193,15 @@ def _record_ok(record: dict, lineno: int, problems: _Problems) -> bool:
     return True
 
 
-def read_run_events(run_dir: str | Path, all_segments: bool = False, reader=None
+def read_run_events(run_dir: str | Path, all_segments: bool = False, read_all=None
                     ) -> tuple[dict[int, RankLog], list[Problem]]:
     """The latest segment of every rank's log in a run directory, keyed by rank.
-    ``reader``: how one file is read (default ``read_events``: every record a dict)."""
-    reader = reader or read_events
+    ``read_all(paths)`` reads the files, giving (segments, problems) per path (default:
+    ``read_events``, one after the other)."""
     logs: dict[int, RankLog] = {}
     problems: list[Problem] = []
-    events_dir = RunDir(Path(run_dir)).path("events")
-    for path in sorted(events_dir.glob("rank*.jsonl")):
-        try:
-            segments, found = reader(path)
-        except OSError as exc:
-            problems.append(Problem(str(path), None, reason(exc)))
-            continue
+    paths = sorted(RunDir(Path(run_dir)).path("events").glob("rank*.jsonl"))
+    for path, (segments, found) in zip(paths, (read_all or _read_each)(paths)):
         problems.extend(found)
         for seg in segments if all_segments else segments[-1:]:
             if seg.rank is None:
@@ -216,3 +211,13 @@ def read_run_events(run_dir: str | Path, all_segments: bool = False, reader=None
                                         f"{logs[seg.rank].path} too; this file is read"))
             logs[seg.rank] = seg
     return logs, problems
+
+
+def _read_each(paths: list[Path]) -> list[tuple[list[RankLog], list[Problem]]]:
+    out = []
+    for path in paths:
+        try:
+            out.append(read_events(path))
+        except OSError as exc:
+            out.append(([], [Problem(str(path), None, reason(exc))]))
+    return out
