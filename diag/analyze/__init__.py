@@ -130,8 +130,11 @@ def analyze(path, limits: Limits = Limits()) -> Analysis:
         outcome = Outcome.DETECTOR_FAILED if errors else \
             Outcome.FINDINGS if findings else Outcome.CLEAN
     missing = missing_ranks(inputs) if outcome is not Outcome.MIXED_RUNS else []
+    sources = sources_of(inputs)
+    if limits.window is not None:
+        sources["window"] = str(limits.window)
     return Analysis(str(path), rank_findings(after_mismatch(findings)), inputs.problems,
-                    sources_of(inputs), first_ranks(missing), time.monotonic() - start,
+                    sources, first_ranks(missing), time.monotonic() - start,
                     errors, inputs, missing, runs, outcome, why)
 
 

@@ -325,6 +325,14 @@ class OpTable:
     def rows(self) -> list[CollOp]:
         return [self.row(i) for i in range(len(self))]
 
+    def where(self, keep: np.ndarray) -> "OpTable":
+        """The rows where ``keep`` is true (a window of the run)."""
+        if keep.all():
+            return self
+        cols = {name: getattr(self, name)[keep] for name in COLUMNS}
+        return OpTable(self.rank, self.file, self.group_names, self.op_names, self.dtype_names,
+                       **cols)
+
 
 def _cells(r: CollOp) -> tuple:
     return (r.group, r.seq, r.op, r.in_numel, r.out_numel, r.dtype, r.group_size,

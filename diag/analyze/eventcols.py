@@ -87,6 +87,14 @@ class StepTable:
             total += np.nan_to_num(values)
         return total
 
+    def where(self, keep: np.ndarray) -> "StepTable":
+        """The steps where ``keep`` is true (a window of the run)."""
+        if keep.all():
+            return self
+        return StepTable(self.rank, self.step[keep], self.line[keep],
+                         {n: v[keep] for n, v in self.floats.items()},
+                         {n: v[keep] for n, v in self.phases.items()})
+
     def row(self, i: int) -> dict:
         rec = {"kind": "step", "rank": self.rank, "step": _int(self.step[i])}
         for name, values in self.floats.items():
@@ -266,13 +274,50 @@ def _careful_step(rec: dict, line: int) -> tuple:
 BLOCK_BYTES = 16 << 20  # read and decode this much at a time: bounded, and few calls
 
 
-def read_compact(path: str | Path) -> tuple[list[CompactLog], list[Problem]]:
-    """All segments of one events file, collectives and steps as columns, and the
-    problems met while reading it (the same as ``read_events`` reports)."""
+@dataclass(frozen=True)
+class Window:
+    """The part of a run to analyse: steps ``first``..``last`` (either open) and records
+    stamped at or after ``since`` (wall time). Rows without a step or time stay in."""
+
+    first: int | None = None
+    last: int | None = None
+    since: float | None = None
+
+    def keep(self, step: np.ndarray, t: np.ndarray) -> np.ndarray:
+        keep = np.ones(len(step), bool)
+        known = step != NO_INT
+        if self.first is not None:
+            keep &= ~known | (step >= self.first)
+        if self.last is not None:
+            keep &= ~known | (step <= self.last)
+        if self.since is not None:
+            keep &= np.isnan(t) | (t >= self.since)
+        return keep
+
+    def __str__(self) -> str:
+        parts = []
+        if self.first is not None or self.last is not None:
+            parts.append(f"steps {'' if self.first is None else self.first}:"
+                         f"{'' if self.last is None else self.last}")
+        if self.since is not None:
+            parts.append(f"since t={self.since:.0f}")
+        return ", ".join(parts)
+
+
+def read_compact(path: str | Path, window: Window | None = None
+                 ) -> tuple[list[CompactLog], list[Problem]]:
+    """All segments of one events file, collectives and steps as columns (only those in
+    ``window`` when given), and the problems met while reading it (the same as
+    ``read_events`` reports)."""
     reader = _Reader(str(path))
     with open_regular(path) as fh:
         reader.read(fh)
-    return [s.freeze() for s in reader.segments], reader.problems.all()
+    logs = [s.freeze() for s in reader.segments]
+    if window is not None:
+        for log in logs:
+            log.ops = log.ops.where(window.keep(log.ops.step, log.ops.t))
+            log.steps = log.steps.where(window.keep(log.steps.step, log.steps.col("t")))
+    return logs, reader.problems.all()
 
 
 class _Reader:

@@ -20,11 +20,13 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from diag.format import schema
 from diag.analyze import paste
 from diag.analyze.collops import OpTable, fr_ops
 from diag.analyze.docsize import DocumentTooLarge, expanded_size
-from diag.analyze.eventcols import read_compact
+from diag.analyze.eventcols import Window, read_compact
 from diag.analyze.safe_pickle import UnsafePickleError, loads_plain
 from diag.analyze.signals import Signal
 from diag.format.events import Problem, RankLog
@@ -58,6 +60,9 @@ class Limits:
     their size (a 4096-rank x 1000-step run is 4 GB of them)."""
     workers: int | None = None
     """Processes that read event logs and pickles side by side (None: one per core)."""
+    window: Window | None = None
+    """Analyse only these steps / this time on (event logs' collectives and steps, Flight
+    Recorder entries by their time); text logs are read whole."""
     parallel_bytes: int = 16 * MB
     """Event logs and pickles below this many bytes in all are read in this process:
     starting workers would cost more than it saves."""
@@ -71,10 +76,16 @@ class Limits:
 
 @dataclass
 class TextLog:
-    """A text file (or pasted log) split into lines; line ``i`` is ``lines[i - 1]``."""
+    """A text file (or pasted log) split into lines; line ``i`` is ``lines[i - 1]``.
+
+    ``analyze`` keeps no log's lines once read: what it needs of them is its signals and
+    ``errors``, the first error lines (``unexplained.error_lines``); ``lines`` is then
+    empty and ``n_lines`` says how many there were."""
 
     path: str
     lines: list[str]
+    n_lines: int = 0
+    errors: list | None = None  # None: not computed (first_errors reads ``lines``)
 
 
 @dataclass
@@ -303,6 +314,10 @@ class _Loader:
             if value and value[-1].rank is not None:
                 self.inputs.events[value[-1].rank] = value[-1]
                 self.inputs.event_logs.append(value[-1])
+        elif kind == "text":
+            if value is not None:
+                self.inputs.texts.append(value[0])
+                self.inputs.signals += value[1]
         elif isinstance(value, FRDump):
             key = value.rank if value.rank is not None else -len(self.inputs.fr) - 1
             self.inputs.fr[key] = value
@@ -310,29 +325,8 @@ class _Loader:
             self.inputs.docs.append(value)
 
     def load_text(self, file: Path, size: int) -> None:
-        budget = min(size, self.limits.text_file_bytes)
-        if not self.take(file, budget):
-            return
-        with open_regular(file) as fh:
-            if size <= budget:
-                data = fh.read(budget)
-            else:
-                data = self.head_and_tail(file, fh, size)
-        text = paste.clean(data.decode("utf-8", errors="replace"))
-        log = TextLog(str(file), paste.unwrap(text.splitlines()))
-        self.inputs.texts.append(log)
-        self.inputs.signals += extract_signals(log)
-
-    def head_and_tail(self, file: Path, fh, size: int) -> bytes:
-        tail = min(self.limits.text_tail_bytes, self.limits.text_file_bytes // 2)
-        head = self.limits.text_file_bytes - tail
-        data = fh.read(head)
-        fh.seek(size - tail)
-        self.problem(file, f"text log of {_mb(size)}: read its first {_mb(head)} "
-                     f"and last {_mb(tail)} only (line numbers past the first part "
-                     "leave out the lines not read)")
-        # The gap's line count is unknown: keep the tail's line numbers apart by a marker.
-        return data + b"\n[ddiag: middle of the file not read]\n" + fh.read(tail)
+        if self.take(file, min(size, self.limits.text_file_bytes)):
+            self.jobs.append(("text", str(file), size))
 
 
 def _mb(n: int) -> str:
@@ -373,12 +367,15 @@ def _is_fr(doc: object) -> bool:
     return isinstance(doc, dict) and isinstance(doc.get("entries"), list) and "version" in doc
 
 
-def _classify(file: Path, doc: object) -> tuple[FRDump | JsonDoc, list[Problem]]:
+def _classify(file: Path, doc: object, window: Window | None = None
+              ) -> tuple[FRDump | JsonDoc, list[Problem]]:
     if _is_fr(doc):
         rank = fr_rank(file, doc)
         doc, problems = _normalise_fr(doc, file)
         entries = doc.pop("entries")
         ops = fr_ops(entries, rank if rank is not None else -1, str(file))
+        if window is not None and window.since is not None:
+            ops = ops.where(np.isnan(ops.t) | (ops.t >= window.since))
         return FRDump(str(file), rank, {**doc, "n_entries": len(entries)}, ops), problems
     if isinstance(doc, dict) and isinstance(doc.get("format"), str) \
             and doc["format"].startswith("ddiag."):
@@ -427,7 +424,7 @@ def bounded_document(path: str, doc: object, size: int, limits: Limits
         expanded_size(walked, nodes, limits.doc_depth)
     except DocumentTooLarge as exc:
         return None, [Problem(path, None, f"not loaded: the document {exc}")]
-    return _classify(Path(path), doc)
+    return _classify(Path(path), doc, limits.window)
 
 
 def read_pickle(path: str, size: int, limits: Limits) -> tuple[FRDump | JsonDoc | None,
@@ -444,12 +441,50 @@ def read_pickle(path: str, size: int, limits: Limits) -> tuple[FRDump | JsonDoc 
     return bounded_document(path, doc, size, limits)
 
 
+def read_text(path: str, size: int, limits: Limits) -> tuple[tuple[TextLog, list[Signal]],
+                                                              list[Problem]]:
+    """A text log's signals and first error lines; its lines are not kept. Past
+    ``text_file_bytes``, its head and its last ``text_tail_bytes`` are read."""
+    problems = []
+    with open_regular(path) as fh:
+        if size <= limits.text_file_bytes:
+            data = fh.read(limits.text_file_bytes)
+        else:
+            data = _head_and_tail(fh, size, limits)
+            problems.append(Problem(path, None, _cut_text(size, limits)))
+    text = paste.clean(data.decode("utf-8", errors="replace"))
+    del data
+    log = TextLog(path, paste.unwrap(text.splitlines()))
+    del text
+    signals = extract_signals(log)
+    log.n_lines, log.errors, log.lines = len(log.lines), error_lines(log), []
+    return (log, signals), problems
+
+
+def _head_and_tail(fh, size: int, limits: Limits) -> bytes:
+    tail = min(limits.text_tail_bytes, limits.text_file_bytes // 2)
+    data = fh.read(limits.text_file_bytes - tail)
+    fh.seek(size - tail)
+    # The gap's line count is unknown: keep the tail's line numbers apart by a marker.
+    return data + b"\n[ddiag: middle of the file not read]\n" + fh.read(tail)
+
+
+def _cut_text(size: int, limits: Limits) -> str:
+    tail = min(limits.text_tail_bytes, limits.text_file_bytes // 2)
+    return (f"text log of {_mb(size)}: read its first {_mb(limits.text_file_bytes - tail)} "
+            f"and last {_mb(tail)} only (line numbers past the first part leave out the "
+            "lines not read)")
+
+
 def _run_job(job: tuple[str, str, int], limits: Limits) -> tuple:
-    """One event log or pickle read: (what it gave, its problems); never raises."""
+    """One event log, pickle or text log read: (what it gave, its problems); never
+    raises."""
     kind, path, size = job
     try:
         if kind == "events":
-            return read_compact(path)
+            return read_compact(path, limits.window)
+        if kind == "text":
+            return read_text(path, size, limits)
         return read_pickle(path, size, limits)
     except OSError as exc:
         return None, [Problem(path, None, reason(exc))]
@@ -459,13 +494,15 @@ def _run_job(job: tuple[str, str, int], limits: Limits) -> tuple:
 
 def run_jobs(jobs: list[tuple[str, str, int]], limits: Limits) -> list[tuple]:
     """Every job's result, in order: in worker processes when there is enough to read
-    and more than one core, else here.
+    (text logs count ten times their size: they cost far more a byte to parse) and more
+    than one core, else here.
 
     Workers are forked (they start at once, with what this process imported), and only
     from a process with no other thread, where a fork cannot inherit a lock that some
     thread holds."""
     workers = _workers(limits)
-    if workers < 2 or len(jobs) < 2 or sum(size for *_, size in jobs) < limits.parallel_bytes \
+    work = sum(size * (10 if kind == "text" else 1) for kind, _, size in jobs)
+    if workers < 2 or len(jobs) < 2 or work < limits.parallel_bytes \
             or threading.active_count() > 1:
         return [_run_job(job, limits) for job in jobs]
     chunk = max(1, min(64, len(jobs) // (workers * 4)))
@@ -509,3 +546,9 @@ def extract_signals(log: TextLog) -> list[Signal]:
     from diag.analyze.textlog import extract  # the line parsers: heavy regex tables
 
     return extract(log)
+
+
+def error_lines(log: TextLog) -> list[Signal]:
+    from diag.analyze import errorlines  # imports the line parsers too
+
+    return errorlines.error_lines(log)

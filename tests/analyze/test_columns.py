@@ -167,3 +167,46 @@ def test_unknown_cells_come_back_as_none():
     assert (row.in_numel, row.out_numel, row.dtype, row.t, row.state) == (
         None, None, None, None, "pending")
     assert math.isnan(table.dur_s[0])
+
+
+def straggling_run(root):
+    """3 ranks x 40 steps; rank 1 reaches each collective 50 ms late in steps 20-39 only."""
+    for r in range(3):
+        w = RankWriter(root, r, 3)
+        for s in range(40):
+            late = 0.05 if r == 1 and s >= 20 else 0.001 * r
+            w.step_rec(t=T0 + s).coll(t=T0 + s + late)
+        w.close().write()
+    return root
+
+
+def test_a_window_analyses_only_its_steps(tmp_path):
+    from diag.analyze.eventcols import Window
+
+    root = straggling_run(tmp_path)
+    late = analyze(root, Limits(window=Window(first=20))).to_json()
+    early = analyze(root, Limits(window=Window(last=19))).to_json()
+    assert [f["culprit"]["ranks"] for f in late["findings"] if f["category"] == "straggler"] \
+        == [[1]]
+    assert not [f for f in early["findings"] if f["category"] == "straggler"]
+    assert late["sources"]["window"] == "steps 20:" and early["sources"]["window"] == "steps :19"
+    since = analyze(root, Limits(window=Window(since=T0 + 20))).to_json()
+    assert [f["culprit"]["ranks"] for f in since["findings"] if f["category"] == "straggler"] \
+        == [[1]]
+
+
+def test_window_options_are_checked_and_named(tmp_path):
+    from click.testing import CliRunner
+
+    from diag.cli import main
+
+    root = straggling_run(tmp_path)
+    for args, word in ((["--steps", "9:3"], "--steps"), (["--steps", "a:b"], "--steps"),
+                       (["--since", "yesterday"], "--since")):
+        res = CliRunner().invoke(main, ["analyze", str(root), *args])
+        assert res.exit_code == 2 and word in res.output and args[1] in res.output
+    res = CliRunner().invoke(main, ["analyze", str(root), "--steps", "20:", "--json"])
+    assert res.exit_code == 1 and json.loads(res.output)["sources"]["window"] == "steps 20:"
+    iso = CliRunner().invoke(main, ["analyze", str(root), "--since", "2027-01-15T08:00:20+00:00",
+                                    "--json"])
+    assert json.loads(iso.output)["sources"]["window"] == f"since t={T0 + 20:.0f}"
