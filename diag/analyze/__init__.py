@@ -115,9 +115,10 @@ def missing_ranks(inputs: Inputs) -> list[tuple[int, int]]:
     return missing_ranges(inputs.world_size, [*inputs.events, *inputs.fr])
 
 
-def analyze(path, limits: Limits = Limits()) -> Analysis:
+def analyze(path, limits: Limits = Limits(), progress=None) -> Analysis:
+    """``progress(files read, files in all, bytes read)``: see ``inputs.load``."""
     start = time.monotonic()
-    inputs = load(path, limits)
+    inputs = load(path, limits, progress)
     runs = runs_of(inputs.event_logs)
     findings, errors, outcome, why = [], [], Outcome.CLEAN, None
     if not inputs.analysable:

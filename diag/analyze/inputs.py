@@ -17,6 +17,7 @@ import re
 import stat
 import threading
 from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -158,7 +159,10 @@ def _parse_ranks(text: str) -> list | None:
         return None
 
 
-def load(path: str | os.PathLike, limits: Limits = Limits()) -> Inputs:
+def load(path: str | os.PathLike, limits: Limits = Limits(),
+         progress: Callable[[int, int, int], None] | None = None) -> Inputs:
+    """Everything under ``path``. ``progress(files read, files in all, bytes read)`` is
+    called as the event logs, pickles and text logs come back from their readers."""
     root = Path(path)
     inputs = Inputs(str(root))
     if not os.path.lexists(root):
@@ -169,7 +173,7 @@ def load(path: str | os.PathLike, limits: Limits = Limits()) -> Inputs:
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        _Loader(inputs, limits).load_all(walk(root, inputs.problems))
+        _Loader(inputs, limits, progress).load_all(walk(root, inputs.problems))
     finally:
         if was_enabled:
             gc.enable()
@@ -207,8 +211,8 @@ class _Loader:
     the bulk of a large run, are read by worker processes side by side (``jobs``) and
     what they return is taken in file order."""
 
-    def __init__(self, inputs: Inputs, limits: Limits) -> None:
-        self.inputs, self.limits = inputs, limits
+    def __init__(self, inputs: Inputs, limits: Limits, progress=None) -> None:
+        self.inputs, self.limits, self.progress = inputs, limits, progress
         self.left = limits.total_bytes
         self.events_left = limits.event_bytes
         self.over_budget: list[str] = []
@@ -218,8 +222,13 @@ class _Loader:
         tree = _tree_of(Path(self.inputs.root))
         for file in files:
             self.load_guarded(file, tree)
-        for (kind, path, _), result in zip(self.jobs, run_jobs(self.jobs, self.limits)):
+        done = 0
+        for n, ((kind, path, size), result) in enumerate(
+                zip(self.jobs, run_jobs(self.jobs, self.limits)), 1):
             self.absorb(kind, path, result)
+            done += size
+            if self.progress is not None:
+                self.progress(n, len(self.jobs), done)
         if self.over_budget:
             self.problem(self.over_budget[0], f"the {_mb(self.limits.total_bytes)} cap "
                          f"on bytes read in one analysis (event logs: "
@@ -492,8 +501,8 @@ def _run_job(job: tuple[str, str, int], limits: Limits) -> tuple:
         return None, [Problem(path, None, f"unreadable: {type(exc).__name__}: {exc}"[:300])]
 
 
-def run_jobs(jobs: list[tuple[str, str, int]], limits: Limits) -> list[tuple]:
-    """Every job's result, in order: in worker processes when there is enough to read
+def run_jobs(jobs: list[tuple[str, str, int]], limits: Limits) -> Iterator[tuple]:
+    """Every job's result, in order, as each comes: in worker processes when there is enough to read
     (text logs count ten times their size: they cost far more a byte to parse) and more
     than one core, else here.
 
@@ -504,10 +513,11 @@ def run_jobs(jobs: list[tuple[str, str, int]], limits: Limits) -> list[tuple]:
     work = sum(size * (10 if kind == "text" else 1) for kind, _, size in jobs)
     if workers < 2 or len(jobs) < 2 or work < limits.parallel_bytes \
             or threading.active_count() > 1:
-        return [_run_job(job, limits) for job in jobs]
+        yield from (_run_job(job, limits) for job in jobs)
+        return
     chunk = max(1, min(64, len(jobs) // (workers * 4)))
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        return list(pool.map(functools.partial(_run_job, limits=limits), jobs, chunksize=chunk))
+        yield from pool.map(functools.partial(_run_job, limits=limits), jobs, chunksize=chunk)
 
 
 def read_event_files(paths: list[Path], limits: Limits = Limits()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from diag.cli.output import check_outputs, emit_json, fail, write_reports
+from diag.cli.output import Throttled, check_outputs, emit_json, fail, write_reports
 
 
 @click.command()
@@ -49,7 +49,8 @@ def analyze(path: Path, as_json: bool, html_out: Path | None, trace_out: Path | 
         fail(f"{path}: no such file or directory; pass a run directory, a folder of "
              "logs, or a single log file")
     check_outputs({"--html": html_out, "--trace": trace_out})
-    result = run_analysis(path, Limits(window=window_of(steps, since)))
+    result = run_analysis(path, Limits(window=window_of(steps, since)),
+                          progress=Throttled("analyze"))
     if result.refusal is None:
         write_reports(result, html_out, trace_out)
     if as_json:

@@ -23,6 +23,23 @@ def say(line: str) -> None:
     click.echo(plain(line), err=True)
 
 
+class Throttled:
+    """Progress for a long read: says nothing for the first ``after`` seconds (a small
+    input is done by then), then a line every ``every`` seconds, and the last one."""
+
+    def __init__(self, what: str, after: float = 2.0, every: float = 5.0, clock=None) -> None:
+        import time
+
+        self.what, self.every, self.clock = what, every, clock or time.monotonic
+        self.next, self.spoke = self.clock() + after, False
+
+    def __call__(self, done: int, total: int, nbytes: int) -> None:
+        now = self.clock()
+        if done == total and self.spoke or done < total and now >= self.next:
+            say(f"{self.what}: {done}/{total} files read ({nbytes / 2**20:,.0f} MB)")
+            self.spoke, self.next = True, now + self.every
+
+
 def fail(message: str, code: int = 2) -> None:
     from diag.report.text import plain_lines
 

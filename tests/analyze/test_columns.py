@@ -210,3 +210,24 @@ def test_window_options_are_checked_and_named(tmp_path):
     iso = CliRunner().invoke(main, ["analyze", str(root), "--since", "2027-01-15T08:00:20+00:00",
                                     "--json"])
     assert json.loads(iso.output)["sources"]["window"] == f"since t={T0 + 20:.0f}"
+
+
+def test_progress_counts_every_file_read_and_speaks_only_when_slow(tmp_path, capsys):
+    from diag.cli.output import Throttled
+
+    root = run_dir(tmp_path)
+    calls = []
+    analyze(root, Limits(workers=2, parallel_bytes=0), progress=lambda *a: calls.append(a))
+    assert [c[0] for c in calls] == list(range(1, 9)) and {c[1] for c in calls} == {8}
+    assert calls[-1][2] == sum(f.stat().st_size for f in root.rglob("*")
+                               if f.suffix == ".jsonl" or f.parent.name == "fr")
+    now = [0.0]
+    quiet = Throttled("analyze", clock=lambda: now[0])
+    for n in range(1, 5):
+        quiet(n, 4, n)  # all done within the first 2 s: nothing said
+    slow = Throttled("analyze", clock=lambda: now[0])
+    for n in range(1, 5):
+        now[0] += 1.5
+        slow(n, 4, n * 2**20)
+    assert capsys.readouterr().err.splitlines() == [
+        "analyze: 2/4 files read (2 MB)", "analyze: 4/4 files read (4 MB)"]
