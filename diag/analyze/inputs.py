@@ -60,13 +60,14 @@ class Limits:
     """Event logs read across all files: they are kept as columns, about a third of
     their size (a 4096-rank x 1000-step run is 4 GB of them)."""
     workers: int | None = None
-    """Processes that read event logs and pickles side by side (None: one per core)."""
+    """Processes that read event logs, pickles and text logs side by side (None: one
+    per core)."""
     window: Window | None = None
     """Analyse only these steps / this time on (event logs' collectives and steps, Flight
     Recorder entries by their time); text logs are read whole."""
     parallel_bytes: int = 16 * MB
-    """Event logs and pickles below this many bytes in all are read in this process:
-    starting workers would cost more than it saves."""
+    """Less than this much to read (a text log counting ten times its bytes) is read in
+    this process: starting workers would cost more than it saves."""
     doc_nodes: int = 100_000
     doc_nodes_per_byte: int = 4
     """A document may unfold into ``doc_nodes + doc_nodes_per_byte * its bytes`` nodes:
@@ -80,7 +81,7 @@ class TextLog:
     """A text file (or pasted log) split into lines; line ``i`` is ``lines[i - 1]``.
 
     ``analyze`` keeps no log's lines once read: what it needs of them is its signals and
-    ``errors``, the first error lines (``unexplained.error_lines``); ``lines`` is then
+    ``errors``, the first error lines (``errorlines.error_lines``); ``lines`` is then
     empty and ``n_lines`` says how many there were."""
 
     path: str
@@ -207,9 +208,9 @@ def _linked_folder(path: Path, problems: list[Problem]) -> bool:
 
 
 class _Loader:
-    """Loads files into ``inputs`` while the byte budget lasts. Event logs and pickles,
-    the bulk of a large run, are read by worker processes side by side (``jobs``) and
-    what they return is taken in file order."""
+    """Loads files into ``inputs`` while the byte budget lasts. Event logs, pickles and
+    text logs, the bulk of a large run, are read by worker processes side by side
+    (``jobs``) and what they return is taken in file order."""
 
     def __init__(self, inputs: Inputs, limits: Limits, progress=None) -> None:
         self.inputs, self.limits, self.progress = inputs, limits, progress
