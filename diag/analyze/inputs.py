@@ -17,6 +17,7 @@ import re
 import stat
 import threading
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -517,8 +518,19 @@ def run_jobs(jobs: list[tuple[str, str, int]], limits: Limits) -> Iterator[tuple
         yield from (_run_job(job, limits) for job in jobs)
         return
     chunk = max(1, min(64, len(jobs) // (workers * 4)))
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        yield from pool.map(functools.partial(_run_job, limits=limits), jobs, chunksize=chunk)
+    done = 0
+    try:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            for result in pool.map(functools.partial(_run_job, limits=limits), jobs,
+                                   chunksize=chunk):
+                done += 1
+                yield result
+    except BrokenProcessPool:
+        # A worker died (the kernel's OOM killer, a crash in a parser): which file did it
+        # is not known, so each file not read yet is named; what was read stands.
+        for _, path, _ in jobs[done:]:
+            yield None, [Problem(path, None, "not read: the worker process reading it (or "
+                                             "another file) died, e.g. killed for memory")]
 
 
 def read_event_files(paths: list[Path], limits: Limits = Limits()

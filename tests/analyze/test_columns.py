@@ -231,3 +231,26 @@ def test_progress_counts_every_file_read_and_speaks_only_when_slow(tmp_path, cap
         slow(n, 4, n * 2**20)
     assert capsys.readouterr().err.splitlines() == [
         "analyze: 2/4 files read (2 MB)", "analyze: 4/4 files read (4 MB)"]
+
+
+def _dies_on_rank3(job, limits):
+    """A worker's job that ends its process on one file, as the OOM killer would."""
+    import os
+
+    from diag.analyze.inputs import read_compact, read_pickle
+
+    if job[1].endswith("dump_rank3"):
+        os._exit(1)
+    return read_compact(job[1]) if job[0] == "events" else read_pickle(job[1], job[2], limits)
+
+
+def test_a_worker_that_dies_costs_its_files_not_the_analysis(tmp_path, monkeypatch):
+    from diag.analyze import inputs
+
+    root = run_dir(tmp_path)
+    monkeypatch.setattr(inputs, "_run_job", _dies_on_rank3)
+    result = analyze(root, Limits(workers=2, parallel_bytes=0))
+    lost = [p for p in result.problems if "worker process" in p.message]
+    assert any(p.file.endswith("dump_rank3") for p in lost)
+    assert len(result.inputs.events) == 4  # the event logs, read first, stand
+    assert result.findings[0].culprit.ranks == (2,)
