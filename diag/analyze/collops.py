@@ -245,10 +245,10 @@ def table_of_columns(rank: int, file: str, cols: list) -> "OpTable":
         dur_s = cols
     (group, group_names), (op, op_names), (dtype, dtype_names) = (
         _coded(group), _coded(op), _coded(dtype))
-    return OpTable(rank, file, group_names, op_names, dtype_names, group, _ints(seq, 0), op,
-                   _ints(in_numel), _ints(out_numel), dtype, _ints(group_size),
-                   np.array(done, bool), _floats(t), _ints(step), _ints(line), _ints(entry),
-                   _floats(dur_s))
+    return OpTable(rank, file, group_names, op_names, dtype_names, group, int_column(seq, 0), op,
+                   int_column(in_numel), int_column(out_numel), dtype, int_column(group_size),
+                   np.array(done, bool), float_column(t), int_column(step), int_column(line),
+                   int_column(entry), float_column(dur_s))
 
 
 def _coded(texts) -> tuple[np.ndarray, list]:
@@ -259,7 +259,8 @@ def _coded(texts) -> tuple[np.ndarray, list]:
         [n for n in names if n is not None]
 
 
-def _ints(values, default: int = NO_INT) -> np.ndarray:
+def int_column(values, default: int = NO_INT) -> np.ndarray:
+    """An int64 column; a cell that is None or not an integer in range is ``default``."""
     if isinstance(values, np.ndarray):
         return values.astype(np.int64, copy=False)
     if values and values.count(None) == len(values):  # a column no row has (entry, in logs)
@@ -271,7 +272,8 @@ def _ints(values, default: int = NO_INT) -> np.ndarray:
         return np.array([default if c == NO_INT else c for c in cells], np.int64)
 
 
-def _floats(values) -> np.ndarray:
+def float_column(values) -> np.ndarray:
+    """A float64 column; a cell that is None or not a number is NaN."""
     if isinstance(values, np.ndarray):
         return values.astype(np.float64, copy=False)
     try:  # None becomes NaN

@@ -20,8 +20,9 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from diag.analyze.collops import NO_INT, OpTable, _floats, _ints, as_int, int_or_none, \
-    make_table, number, table_of_columns, text_or_none
+from diag.analyze.collops import (NO_INT, OpTable, as_int, float_column, int_column,
+                                  int_or_none, make_table, number, table_of_columns,
+                                  text_or_none)
 from diag.format.events import Problem, RankLog, _clean_header, _parse, _Problems, _record_ok
 from diag.format.infile import open_regular
 
@@ -119,8 +120,8 @@ def steps_table(rank: int | None, rows: list[tuple]) -> StepTable:
 def steps_of_columns(rank: int | None, cols: list) -> StepTable:
     """A table from (line, step, phases, *STEP_FLOATS) columns."""
     lines, steps, phases = cols[:3]
-    floats = {name: _float_column(values) for name, values in zip(STEP_FLOATS, cols[3:])}
-    return StepTable(rank, _ints(steps), np.array(lines, np.int64), floats,
+    floats = {name: float_column(values) for name, values in zip(STEP_FLOATS, cols[3:])}
+    return StepTable(rank, int_column(steps), np.array(lines, np.int64), floats,
                      _phase_columns(phases))
 
 
@@ -134,16 +135,11 @@ def _phase_columns(phases) -> dict[str, np.ndarray]:
             columns = zip(*map(itemgetter(*names), phases)) if len(names) > 1 else \
                 [[p[names[0]] for p in phases]]
             if all(len(p) == len(names) for p in phases):
-                return {n: _float_column(c) for n, c in zip(names, columns)}
+                return {n: float_column(c) for n, c in zip(names, columns)}
         except (KeyError, TypeError):
             pass  # a step without phases, or with others
     names = sorted({n for p in phases if p for n in p})
-    return {n: _float_column([p.get(n) if p else None for p in phases]) for n in names}
-
-
-def _float_column(values) -> np.ndarray:
-    """Cells are floats, ints or None (NaN); the careful path made them so."""
-    return _floats(values)
+    return {n: float_column([p.get(n) if p else None for p in phases]) for n in names}
 
 
 @dataclass(eq=False)

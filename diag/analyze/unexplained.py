@@ -4,8 +4,8 @@ explains gets an ``unexplained`` finding, never "no findings".
 "no findings" (exit 0) tells the user their log is clean; on a log that shows a crash that
 is the worst answer analyze can give. So when no detector returned a root cause at
 severity error or above, the error lines picked while each text log was read
-(``errorlines``) are looked at, and the earliest one per rank and host is quoted. The category is ``other`` at a low
-confidence: the finding says what failed first, not why.
+(``errorlines``) are looked at, and the earliest one per rank and host is quoted. The
+category is ``other`` at a low confidence: the finding says what failed first, not why.
 """
 
 from __future__ import annotations

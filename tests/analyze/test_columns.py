@@ -98,7 +98,8 @@ RECORD = st.one_of(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(RECORD, max_size=25))
 def test_any_log_reads_the_same_both_ways(tmp_path, records):
     path = tmp_path / "rank1.jsonl"
