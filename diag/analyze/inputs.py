@@ -14,6 +14,7 @@ import json
 import multiprocessing
 import os
 import re
+import signal
 import stat
 import threading
 from concurrent.futures import ProcessPoolExecutor
@@ -53,6 +54,9 @@ class Limits:
     """A longer text log is read as its head and its last ``text_tail_bytes``: an OOM is
     on its last lines."""
     text_tail_bytes: int = 64 * MB
+    pickle_seconds: float = 120.0
+    """A pickle is unpickled in a worker process that is ended past this (1024 dumps of
+    2000 entries, 257 MB, take 8 s of CPU in all)."""
     doc_bytes: int = 512 * MB
     """A JSON document or pickle; a longer JSON file is read as text, a pickle skipped."""
     total_bytes: int = 1024 * MB
@@ -504,33 +508,73 @@ def _run_job(job: tuple[str, str, int], limits: Limits) -> tuple:
 
 
 def run_jobs(jobs: list[tuple[str, str, int]], limits: Limits) -> Iterator[tuple]:
-    """Every job's result, in order, as each comes: in worker processes when there is enough to read
-    (text logs count ten times their size: they cost far more a byte to parse) and more
-    than one core, else here.
+    """Every job's result, in order, as each comes: in worker processes when there is
+    enough to read (text logs count ten times their size: they cost far more a byte to
+    parse) and more than one core, else here. Pickles are always read in a worker, under
+    a time limit (``_timed_job``): unpickling can cost time no check of ours can stop.
 
     Workers are forked (they start at once, with what this process imported), and only
     from a process with no other thread, where a fork cannot inherit a lock that some
-    thread holds."""
+    thread holds; from one with threads they are spawned."""
     workers = _workers(limits)
     work = sum(size * (10 if kind == "text" else 1) for kind, _, size in jobs)
-    if workers < 2 or len(jobs) < 2 or work < limits.parallel_bytes \
-            or threading.active_count() > 1:
+    pickles = any(kind == "pickle" for kind, _, _ in jobs)
+    if not pickles and (workers < 2 or len(jobs) < 2 or work < limits.parallel_bytes):
         yield from (_run_job(job, limits) for job in jobs)
         return
-    chunk = max(1, min(64, len(jobs) // (workers * 4)))
-    done = 0
-    try:
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            for result in pool.map(functools.partial(_run_job, limits=limits), jobs,
-                                   chunksize=chunk):
+    yield from _in_workers(jobs, limits, max(1, min(workers, len(jobs))))
+
+
+def _in_workers(jobs: list, limits: Limits, workers: int) -> Iterator[tuple]:
+    """The jobs' results from a pool of ``workers``. When a worker dies (a pickle past
+    its time limit, the OOM killer, a parser's crash), the first job not yet read is
+    read again alone: if its worker dies too, it is the one, and is named; the pool
+    starts again on the rest. What was read stands."""
+    start = 0
+    while start < len(jobs):
+        done = 0
+        try:
+            for result in _pool_map(jobs[start:], limits, workers):
                 done += 1
                 yield result
-    except BrokenProcessPool:
-        # A worker died (the kernel's OOM killer, a crash in a parser): which file did it
-        # is not known, so each file not read yet is named; what was read stands.
-        for _, path, _ in jobs[done:]:
-            yield None, [Problem(path, None, "not read: the worker process reading it (or "
-                                             "another file) died, e.g. killed for memory")]
+            return
+        except BrokenProcessPool:
+            start += done
+        job = jobs[start]
+        try:
+            yield next(_pool_map([job], limits, 1))
+        except BrokenProcessPool:
+            yield None, [Problem(job[1], None, _died(job, limits))]
+        start += 1
+
+
+def _pool_map(jobs: list, limits: Limits, workers: int) -> Iterator[tuple]:
+    method = "fork" if threading.active_count() == 1 else "spawn"
+    chunk = max(1, min(64, len(jobs) // (workers * 4)))
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method)) as pool:
+        yield from pool.map(functools.partial(_timed_job, limits=limits), jobs, chunksize=chunk)
+
+
+def _timed_job(job: tuple[str, str, int], limits: Limits) -> tuple:
+    """``_run_job`` in a worker; a pickle gets ``pickle_seconds``, after which SIGALRM's
+    default action ends the worker (no Python handler would run inside the unpickler's
+    C loop)."""
+    if job[0] != "pickle":
+        return _run_job(job, limits)
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.setitimer(signal.ITIMER_REAL, limits.pickle_seconds)
+    try:
+        return _run_job(job, limits)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def _died(job: tuple[str, str, int], limits: Limits) -> str:
+    if job[0] == "pickle":
+        return (f"not read: unpickling it ran past {limits.pickle_seconds:g} s (a pickle "
+                "built to cost time, e.g. a key that is a tuple sharing itself) or its "
+                "worker process was killed (for memory)")
+    return "not read: the worker process reading it died (killed for memory?)"
 
 
 def read_event_files(paths: list[Path], limits: Limits = Limits()

@@ -9,6 +9,8 @@ What it returns may still share its own lists and unfold into 2**26 nodes from 2
 bytes: the loader measures that (``docsize``) before anything walks the document. One
 cost it cannot measure is paid inside unpickling: a dict key or set member that is a
 tuple sharing itself is hashed there, and Python before 3.14 does not cache tuple hashes.
+So the loader unpickles in a worker process it ends past a time limit
+(``inputs._timed_job``).
 """
 
 from __future__ import annotations

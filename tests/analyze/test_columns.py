@@ -252,6 +252,35 @@ def test_a_worker_that_dies_costs_its_files_not_the_analysis(tmp_path, monkeypat
     monkeypatch.setattr(inputs, "_run_job", _dies_on_rank3)
     result = analyze(root, Limits(workers=2, parallel_bytes=0))
     lost = [p for p in result.problems if "worker process" in p.message]
-    assert any(p.file.endswith("dump_rank3") for p in lost)
-    assert len(result.inputs.events) == 4  # the event logs, read first, stand
+    assert [p.file for p in lost] == [str(root / "fr" / "dump_rank3")]  # that one alone
+    assert len(result.inputs.events) == 4 and sorted(result.inputs.fr) == [0, 1, 2]
+    assert result.findings[0].culprit.ranks == (2,)
+
+
+def tuple_bomb(depth: int = 64) -> bytes:
+    """A pickle of {t: 1} where t = (t', t') nests ``depth`` times: 2^depth to hash,
+    inside the unpickler's own C loop. Written opcode by opcode: building it in Python
+    would hash it here."""
+    def get(i: int) -> bytes:
+        return b"j" + i.to_bytes(4, "little")  # LONG_BINGET memo[i]
+
+    # PROTO 4, EMPTY_DICT, EMPTY_TUPLE, MEMOIZE (memo[0]), POP
+    out = [b"\x80\x04", b"}", b")", b"\x94", b"0"]
+    for i in range(depth):
+        out += [get(i), get(i), b"\x86", b"\x94", b"0"]  # TUPLE2, MEMOIZE as memo[i + 1]
+    out += [get(depth), b"K\x01", b"s", b"."]  # the key, BININT1 1, SETITEM, STOP
+    return b"".join(out)
+
+
+def test_a_pickle_built_to_cost_time_is_stopped_and_named(tmp_path):
+    import time
+
+    root = run_dir(tmp_path)
+    (root / "fr" / "dump_rank7").write_bytes(tuple_bomb())
+    start = time.monotonic()
+    result = analyze(root, Limits(pickle_seconds=2))
+    assert time.monotonic() - start < 30
+    (slow,) = [p for p in result.problems if p.file.endswith("dump_rank7")]
+    assert "ran past 2 s" in slow.message
+    assert sorted(result.inputs.fr) == [0, 1, 2, 3]  # the other dumps were read
     assert result.findings[0].culprit.ranks == (2,)
