@@ -196,10 +196,11 @@ class RankSeqs(Mapping):
         """The op at position ``i`` of the columns."""
         i = i if type(self.keep) is slice else int(self.keep[i])
         for p in self.parts:
-            rows = np.arange(len(p.table))[p.rows]
-            if i < len(rows):
-                return p.table.row(int(rows[i]))
-            i -= len(rows)
+            whole = type(p.rows) is slice  # all of the table's rows, in order
+            n = len(p.table) if whole else len(p.rows)
+            if i < n:
+                return p.table.row(i if whole else int(p.rows[i]))
+            i -= n
         raise IndexError(i)
 
     def __getitem__(self, seq) -> CollOp:
