@@ -95,6 +95,11 @@ def _host(v: str) -> bool:
 
 
 BOOL = Values("0 | 1", lambda v: v.strip() in ("0", "1"))
+# c10d's getCvarBool (torch/csrc/distributed/c10d/Utils.hpp): these ten, any case; anything
+# else is TORCH_CHECK(false, "Invalid value for environment variable: ...").
+TORCH_BOOL = Values("1 | 0 | true | false | yes | no | y | n | t | f (any case)",
+                    lambda v: v.lower() in ("1", "0", "true", "false", "yes", "no", "y", "n",
+                                            "t", "f"))
 POS_INT = _int_in(1)
 NONNEG_INT = _int_in(0)
 ANY = Values("any string", lambda v: True)
@@ -109,6 +114,24 @@ LEVEL = Values("LOC | NVL | PIX | PXB | PHB | SYS or an integer",
 CUDA_DEVICES = Values("comma list of GPU ordinals or GPU-/MIG- UUIDs", _cuda_devices)
 NCCL_ALGO = Values("Ring,Tree,CollnetDirect,CollnetChain,NVLS,NVLSTree,PAT (^ negates; "
                    "or coll:algos;...)", _nccl_algo)
+
+
+def _per_collective(items: Values) -> Callable[[str], bool]:
+    """NCCL's parseList (src/graph/tuning.cc): ``[coll:]list;coll:list...``."""
+    def accepts(v: str) -> bool:
+        parts = [p.split(":", 1)[-1] for p in v.split(";") if p.strip()]
+        return bool(parts) and all(items.accepts(p) for p in parts)
+    return accepts
+
+
+NCCL_PROTO = Values("LL,LL128,Simple (^ negates; or coll:protos;...)",
+                    _per_collective(_list_of("LL", "LL128", "Simple")))
+# src/debug.cc of 2.20-2.28 (BOOTSTRAP and REG from 2.21, PROFILE 2.22, RAS 2.24).
+NCCL_SUBSYS = _list_of("INIT", "COLL", "P2P", "SHM", "NET", "GRAPH", "TUNING", "ENV", "ALLOC",
+                       "CALL", "PROXY", "NVLS", "BOOTSTRAP", "REG", "PROFILE", "RAS", "ALL")
+# src/misc/socket.cc: strcmp, so the case matters; other text leaves the family unforced.
+AF_FAMILY = Values("AF_INET | AF_INET6 (exactly, upper case)",
+                   lambda v: v in ("AF_INET", "AF_INET6"))
 
 
 def _torch_logs(v: str) -> bool:
@@ -192,10 +215,10 @@ _TORCH = [
     _v("TORCH_DISTRIBUTED_COMPILE_ON_ONE_RANK", "compile on rank 0 only", BOOL),
     _v("TORCH_FR_BUFFER_SIZE", "Flight Recorder entries per rank (0 = off)", NONNEG_INT),
     _v("TORCH_FR_DUMP_TEMP_FILE", "Flight Recorder dump path prefix", ANY, Scope.FREE),
-    _v("TORCH_FR_CPP_STACK", "record C++ stacks in Flight Recorder", BOOL),
-    _v("TORCH_FR_DUMP_DYNAMIC_FILE_NAME", "Flight Recorder dump names include pg/time", BOOL,
-       Scope.FREE),
-    _v("TORCH_GLOO_LAZY_INIT", "connect gloo pairs on first use", BOOL),
+    _v("TORCH_FR_CPP_STACK", "record C++ stacks in Flight Recorder", TORCH_BOOL),
+    _v("TORCH_FR_DUMP_DYNAMIC_FILE_NAME", "Flight Recorder dump names include pg/time",
+       TORCH_BOOL, Scope.FREE),
+    _v("TORCH_GLOO_LAZY_INIT", "connect gloo pairs on first use", TORCH_BOOL),
     _v("GLOO_SOCKET_IFNAME", "interface(s) gloo binds, exact names, comma list", IFNAMES,
        Scope.NODE),
     _v("GLOO_DEVICE_TRANSPORT", "gloo transport", _one_of("TCP", "TCP_TLS", "UV")),
@@ -208,51 +231,53 @@ _TORCH = [
 _TORCH_NCCL = [
     _v("TORCH_NCCL_ASYNC_ERROR_HANDLING", "watchdog on error: 0 none, 1 tear down, "
        "2 cleanup only, 3 skip cleanup", _int_in(0, 3)),
-    _v("TORCH_NCCL_BLOCKING_WAIT", "wait() blocks and raises on timeout", BOOL),
-    _v("TORCH_NCCL_DUMP_ON_TIMEOUT", "dump Flight Recorder on watchdog timeout", BOOL),
-    _v("TORCH_NCCL_PROPAGATE_ERROR", "propagate errors to all ranks via the store", BOOL),
-    _v("TORCH_NCCL_DESYNC_DEBUG", "name the lagging ranks on timeout", BOOL),
-    _v("TORCH_NCCL_ENABLE_TIMING", "record start events: duration_ms in Flight Recorder", BOOL),
-    _v("TORCH_NCCL_ENABLE_MONITORING", "heartbeat monitor aborts a stuck watchdog", BOOL),
+    _v("TORCH_NCCL_BLOCKING_WAIT", "wait() blocks and raises on timeout", TORCH_BOOL),
+    _v("TORCH_NCCL_DUMP_ON_TIMEOUT", "dump Flight Recorder on watchdog timeout", TORCH_BOOL),
+    _v("TORCH_NCCL_PROPAGATE_ERROR", "propagate errors to all ranks via the store", TORCH_BOOL),
+    _v("TORCH_NCCL_DESYNC_DEBUG", "name the lagging ranks on timeout", TORCH_BOOL),
+    _v("TORCH_NCCL_ENABLE_TIMING", "record start events: duration_ms in Flight Recorder",
+       TORCH_BOOL),
+    _v("TORCH_NCCL_ENABLE_MONITORING", "heartbeat monitor aborts a stuck watchdog", TORCH_BOOL),
     _v("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "heartbeat monitor timeout", POS_INT),
-    _v("TORCH_NCCL_RETHROW_CUDA_ERRORS", "rethrow CUDA errors from the watchdog", BOOL),
+    _v("TORCH_NCCL_RETHROW_CUDA_ERRORS", "rethrow CUDA errors from the watchdog", TORCH_BOOL),
     _v("TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC", "extra wait for dumps before exit", NONNEG_INT),
     _v("TORCH_NCCL_COORD_CHECK_MILSEC", "interval of the dump-coordination check", POS_INT),
-    _v("TORCH_NCCL_LOG_CPP_STACK_ON_UNCLEAN_SHUTDOWN", "log C++ stack on abort", BOOL),
-    _v("TORCH_NCCL_EXTRA_DUMP_ON_EXEC", "dump Flight Recorder on exceptions too", BOOL),
-    _v("TORCH_NCCL_CUDA_EVENT_CACHE", "reuse CUDA events", BOOL),
+    _v("TORCH_NCCL_LOG_CPP_STACK_ON_UNCLEAN_SHUTDOWN", "log C++ stack on abort", TORCH_BOOL),
+    _v("TORCH_NCCL_EXTRA_DUMP_ON_EXEC", "dump Flight Recorder on exceptions too", TORCH_BOOL),
+    _v("TORCH_NCCL_CUDA_EVENT_CACHE", "reuse CUDA events", TORCH_BOOL),
     _v("TORCH_NCCL_RANKS_PER_ROOT", "ranks per unique-id root in scalable init", POS_INT),
-    _v("TORCH_NCCL_NAN_CHECK", "check collective inputs for NaN", BOOL),
-    _v("TORCH_NCCL_AVOID_RECORD_STREAMS", "stash tensors instead of recordStream", BOOL),
+    _v("TORCH_NCCL_NAN_CHECK", "check collective inputs for NaN", TORCH_BOOL),
+    _v("TORCH_NCCL_AVOID_RECORD_STREAMS", "stash tensors instead of recordStream", TORCH_BOOL),
     _v("TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK", "register allocator segments with NCCL",
-       BOOL),
-    _v("TORCH_NCCL_HIGH_PRIORITY", "use high-priority CUDA streams", BOOL),
-    _v("TORCH_NCCL_BCAST_UNIQUEID", "broadcast the unique id for split comms", BOOL),
-    _v("TORCH_NCCL_SHOW_EAGER_INIT_P2P_SERIALIZATION_WARNING", "warn on eager-init p2p", BOOL,
-       Scope.FREE),
+       TORCH_BOOL),
+    _v("TORCH_NCCL_HIGH_PRIORITY", "use high-priority CUDA streams", TORCH_BOOL),
+    _v("TORCH_NCCL_BCAST_UNIQUEID", "broadcast the unique id for split comms", TORCH_BOOL),
+    _v("TORCH_NCCL_SHOW_EAGER_INIT_P2P_SERIALIZATION_WARNING", "warn on eager-init p2p",
+       TORCH_BOOL, Scope.FREE),
     _v("TORCH_NCCL_TRACE_BUFFER_SIZE", "Flight Recorder entries (old name)", NONNEG_INT,
        replaced_by="TORCH_FR_BUFFER_SIZE"),
-    _v("TORCH_NCCL_TRACE_CPP_STACK", "Flight Recorder C++ stacks (old name)", BOOL,
+    _v("TORCH_NCCL_TRACE_CPP_STACK", "Flight Recorder C++ stacks (old name)", TORCH_BOOL,
        replaced_by="TORCH_FR_CPP_STACK"),
     _v("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "Flight Recorder dump prefix (old name)", ANY,
        Scope.FREE, replaced_by="TORCH_FR_DUMP_TEMP_FILE"),
     _v("NCCL_ASYNC_ERROR_HANDLING", "old name", _int_in(0, 3),
        replaced_by="TORCH_NCCL_ASYNC_ERROR_HANDLING"),
-    _v("NCCL_BLOCKING_WAIT", "old name", BOOL, replaced_by="TORCH_NCCL_BLOCKING_WAIT"),
-    _v("NCCL_DESYNC_DEBUG", "old name", BOOL, replaced_by="TORCH_NCCL_DESYNC_DEBUG"),
-    _v("NCCL_ENABLE_TIMING", "old name", BOOL, replaced_by="TORCH_NCCL_ENABLE_TIMING"),
-    _v("NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK", "old name", BOOL,
+    _v("NCCL_BLOCKING_WAIT", "old name", TORCH_BOOL, replaced_by="TORCH_NCCL_BLOCKING_WAIT"),
+    _v("NCCL_DESYNC_DEBUG", "old name", TORCH_BOOL, replaced_by="TORCH_NCCL_DESYNC_DEBUG"),
+    _v("NCCL_ENABLE_TIMING", "old name", TORCH_BOOL, replaced_by="TORCH_NCCL_ENABLE_TIMING"),
+    _v("NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK", "old name", TORCH_BOOL,
        replaced_by="TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK"),
 ]
 
 _NCCL = [
     _v("NCCL_DEBUG", "NCCL log level", _one_of("VERSION", "WARN", "INFO", "TRACE", "ABORT"),
        Scope.FREE, if_invalid="NCCL ignores a level it does not know and logs nothing"),
-    _v("NCCL_DEBUG_SUBSYS", "subsystems to log, e.g. INIT,ENV,NET", ANY, Scope.FREE),
+    _v("NCCL_DEBUG_SUBSYS", "subsystems to log, e.g. INIT,ENV,NET", NCCL_SUBSYS, Scope.FREE,
+       if_invalid="NCCL skips a subsystem name it does not know (src/debug.cc)"),
     _v("NCCL_DEBUG_FILE", "log file pattern (%h host, %p pid)", ANY, Scope.FREE),
     _v("NCCL_SOCKET_IFNAME", "interfaces for bootstrap and socket transport", NCCL_IFNAMES,
        Scope.NODE),
-    _v("NCCL_SOCKET_FAMILY", "address family for sockets", _one_of("AF_INET", "AF_INET6")),
+    _v("NCCL_SOCKET_FAMILY", "address family for sockets", AF_FAMILY),
     _v("NCCL_SOCKET_NTHREADS", "helper threads per socket connection", _int_in(1, 16)),
     _v("NCCL_NSOCKS_PERTHREAD", "sockets per helper thread", POS_INT),
     _v("NCCL_SOCKET_RETRY_CNT", "socket connect retries", NONNEG_INT),
@@ -320,11 +345,10 @@ _NCCL = [
     _v("NCCL_MAX_CTAS", "max CTAs", POS_INT),
     _v("NCCL_MIN_CTAS", "min CTAs", POS_INT),
     _v("NCCL_CGA_CLUSTER_SIZE", "CGA cluster size (0-8)", _int_in(0, 8)),
-    _v("NCCL_CHECKS_DISABLE", "skip argument checks", BOOL),
     _v("NCCL_CHECK_POINTERS", "check CUDA pointers", BOOL),
     _v("NCCL_LAUNCH_MODE", "kernel launch mode", _one_of("PARALLEL", "GROUP")),
     _v("NCCL_ALGO", "algorithms to use", NCCL_ALGO),
-    _v("NCCL_PROTO", "protocols to use", _list_of("LL", "LL128", "Simple")),
+    _v("NCCL_PROTO", "protocols to use", NCCL_PROTO),
     _v("NCCL_NVB_DISABLE", "no NVLink-bridged path through a GPU", BOOL),
     _v("NCCL_PXN_DISABLE", "no PXN (NVLink then network)", BOOL),
     _v("NCCL_P2P_PXN_LEVEL", "PXN use (0, 1, 2)", _int_in(0, 2)),
