@@ -34,6 +34,7 @@ from diag.analyze import analyze
 sys_path = str(Path(__file__).resolve().parent)
 if sys_path not in sys.path:
     sys.path.insert(0, sys_path)
+from emitter_coverage import COVERAGE_BEGIN  # noqa: E402
 from fault_matrix import REAL_LOGS_MARK  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -200,7 +201,9 @@ def write_doc(path: Path, by_source: dict[str, list[dict]], today: str,
     lines += [f"- {gap}" for gap in KNOWN_GAPS]
     old_text = path.read_text() if path.exists() else ""
     head = old_text[:old_text.find(REAL_LOGS_MARK)] if REAL_LOGS_MARK in old_text else old_text
-    path.write_text(head.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n")
+    coverage = old_text[old_text.find(COVERAGE_BEGIN):] if COVERAGE_BEGIN in old_text else ""
+    path.write_text(head.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n"
+                    + ("\n" + coverage if coverage else ""))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 
 from diag.analyze import unexplained
+from diag.analyze.detectors import emitted
 from diag.analyze.inputs import Inputs, Limits, load
 from diag.analyze.runs import Run, one_job, refusal, runs_of
 from diag.verdict import Category, Finding, Severity
@@ -127,6 +128,7 @@ def analyze(path, limits: Limits = Limits(), progress=None) -> Analysis:
         outcome, why = Outcome.MIXED_RUNS, refusal(str(path), runs)
     else:
         findings, errors = run_detectors(inputs)
+        findings = emitted.prune(findings)
         findings += unexplained.detect(inputs, findings)
         outcome = Outcome.DETECTOR_FAILED if errors else \
             Outcome.FINDINGS if findings else Outcome.CLEAN

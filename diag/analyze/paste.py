@@ -25,14 +25,21 @@ _BARE_SGR = re.compile(r"\[(?:\d{1,3}(?:;\d{1,3})*)?m")
 
 MIN_WRAP_WIDTH = 60  # narrower "terminals" are more likely a column of short log lines
 MIN_WRAPPED_LINES = 3  # distinct lines exactly at the width: one or two can be chance
-# A line that starts a record of its own is not a wrapped piece: a timestamp, a bracketed
-# prefix, NCCL's host:pid:tid prefix (also behind a quoter's "LOG1.0.txt:"), srun --label's
-# "7: " and pdsh's "node3: ", indentation (traceback frames), a traceback header, or an
-# exception's "Type: message".
+# ... except at a terminal's usual widths, where one message wrapped once is the common
+# paste (an error copied out of an 80- or 120-column window)
+TERMINAL_WIDTHS = frozenset({80, 100, 120, 132, 160, 200})
+# A line that starts a record of its own is not a wrapped piece: a timestamp, a launcher's
+# or logger's bracketed prefix ("[rank3]:", "[1,3]<stdout>:", "[2026-...", "[E1204 "), NCCL's host:pid:tid prefix (also behind a quoter's "LOG1.0.txt:"), srun --label's
+# "7: " and pdsh's "node3: ", indentation (traceback frames: two spaces or a tab; one space
+# is where a cut fell before a space), a traceback header, or an exception's "Type: message"
+# (a piece that merely starts "[3] to 3" or "Error" is the rest of the line before it).
 _RECORD_START = re.compile(
-    r"\s|\[|\d{4}-\d\d-\d\d|[IWEF]\d{4} |(?:[^\s:]+:)?[\w.-]+:\d+:\d+ \[\d+\]|Traceback |"
-    r"\d{1,5}: |[a-z][\w.-]*\d[\w.-]*: |"
-    r"(?:[A-Za-z_][\w.]*)?(?:Error|Exception|Warning)\b")
+    r"\s\s|\t|\[(?:[A-Za-z_]+\d+\]:|\d+,\d+\]<|\d{4}-|[IWEF]\d{4} |PG |Rank )"
+    r"|\d{4}-\d\d-\d\d|[IWEF]\d{4} |(?:[^\s:]+:)?[\w.-]+:\d+:\d+ \[\d+\]|Traceback |"
+    r"(?:[A-Za-z_][\w.]*)?(?:Error|Exception|Warning):\s")
+# srun --label's "7: " and pdsh's "node3: ": a record's start in a log whose lines carry them;
+# elsewhere "76: 1048576" is the rest of a number the terminal cut
+_LABEL = re.compile(r"\d{1,5}: |[a-z][\w.-]*\d[\w.-]*: ")
 
 
 def clean(text: str) -> str:
@@ -52,12 +59,14 @@ def wrap_width(lines: list[str]) -> int | None:
     if width < MIN_WRAP_WIDTH:
         return None
     at_width = [i for i, line in enumerate(lines) if len(line) == width]
-    if len(set(lines[i] for i in at_width)) < MIN_WRAPPED_LINES:
+    need = 1 if width in TERMINAL_WIDTHS else MIN_WRAPPED_LINES
+    if len(set(lines[i] for i in at_width)) < need:
         return None
     # a wrap leaves a piece after (nearly) every full line; equal-length records of
     # several ranks ("[rank1]: ...", "[rank2]: ...") are followed by records
-    continued = sum(1 for i in at_width if _continues(lines, i + 1))
-    return width if continued >= 0.75 * len(at_width) else None
+    followed = [i for i in at_width if i + 1 < len(lines)]  # a last piece may be full too
+    continued = sum(1 for i in followed if _continues(lines, i + 1))
+    return width if followed and continued >= 0.75 * len(followed) else None
 
 
 def _continues(lines: list[str], i: int) -> bool:
@@ -66,10 +75,12 @@ def _continues(lines: list[str], i: int) -> bool:
     "node3: " prefix, a logger's fixed head: records of one printer, each whole)."""
     if i >= len(lines) or not lines[i] or _RECORD_START.match(lines[i]):
         return False
+    if _LABEL.match(lines[i]) and _LABEL.match(lines[i - 1]):
+        return False
     return lines[i][:_SAME_HEAD] != lines[i - 1][:_SAME_HEAD]
 
 
-_SAME_HEAD = 4
+_SAME_HEAD = 8  # fewer letters are shared by chance ("Runt" of RuntimeError and a cut word)
 
 
 def unwrap(lines: list[str]) -> list[str]:

@@ -17,7 +17,7 @@ import functools
 import re
 from dataclasses import dataclass, field, replace
 
-from diag.analyze.catalog import CATALOG
+from diag.analyze import catalog
 from diag.analyze.catalog import engine
 from diag.analyze import stacktext
 from diag.analyze.signals import Signal
@@ -55,6 +55,8 @@ _NCCL_PREFIX = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<de
 # "2023-11-05_06:21:10"  "[2026-03-18 11:13:09]"  "2024-05-01T10:00:00.123Z"  "... 10:00:00,123"
 # or glog's "[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629]"  "W0729 03:35:32.842631 1400
 # x.py:779]"
+# a launcher's or logger's timestamp in front of NCCL's own prefix
+_STAMP = re.compile(r"\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d[.,\d]*Z?\]?\s*(?:\|\s*)?")
 _TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T_](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?"
                    r"|(?<![\w])[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?")
 
@@ -73,6 +75,7 @@ class _Line:
     time: float | None = None
     year: int | None = None  # when the line's own timestamp states one
     proc: int | None = None  # the pid a launcher prefix names (Ray); ``pid`` is NCCL's
+    quoted: str | None = None  # "nccl": the line quotes NCCL's last error (torch's carrier)
 
 
 def _epoch(year: int, mon: int, day: int, hh: int, mm: int, ss: int, frac: str | None) -> float:
@@ -146,8 +149,10 @@ def parse_line(n: int, raw: str, year: int = 2000) -> _Line:
     _peel(line)
     body = line.body
     m = _NCCL_PREFIX.match(body) if ":" in body[:80] else None
-    if m is None and body[:1] == "[" and body[5:6] == "-":  # "[2026-03-18 11:13:09] host:pid:tid"
-        m = _NCCL_PREFIX.match(body, body.find("] ") + 2)
+    if m is None and body[4:5] == "-" or body[5:6] == "-":
+        # "[2026-03-18 11:13:09] host:pid:tid", "2026-03-18 11:13:09 | host:pid:tid"
+        stamp = _STAMP.match(body)
+        m = _NCCL_PREFIX.match(body, stamp.end()) if stamp else None
     if m:
         line.host, line.pid = line.host or m.group("host"), int(m.group("pid"))
         line.time, line.year = _parse_time(body[:m.start()], year) if m.start() else (None, None)
@@ -192,6 +197,7 @@ class Extractor:
     elastic_section: str | None = None
     pid_rank: dict = field(default_factory=dict)  # (host, pid) -> (nranks, rank)
     once: set = field(default_factory=set)  # keys of the once-per-process signals emitted
+    last_error_next: bool = False  # the previous line ended with torch's "Last error:"
 
     def emit(self, kind: str, line: _Line, rank: int | None = None, **fields) -> Signal:
         if line.pid is not None or line.proc is not None:
@@ -213,14 +219,22 @@ class Extractor:
     def next_bodies(self, line: _Line, count: int) -> str:
         """The bodies of the next ``count`` lines, joined: for messages torch or a paste
         wrapped over several lines."""
+        return " ".join(self.bodies_after(line, count))
+
+    def bodies_after(self, line: _Line, count: int) -> list[str]:
+        """The next ``count`` lines with their launcher prefixes peeled, stripped."""
         nxt = self.lines[line.n:line.n + count]
-        return " ".join(parse_line(line.n + 1 + i, s[:MAX_LINE]).body.strip() for i,
-                        s in enumerate(nxt))
+        return [parse_line(line.n + 1 + i, str(s)[:MAX_LINE]).body.strip()
+                for i, s in enumerate(nxt)]
 
     def feed(self, n: int, raw: str) -> None:
         line = parse_line(n, raw, self.year)
         self.year = line.year or self.year
-        engine.scan(self, line, CATALOG)
+        if self.last_error_next:
+            line.quoted = "nccl"
+        # torch prints NCCL's message on the line after "Last error:" (NCCLUtils.cpp)
+        self.last_error_next = line.body.rstrip().endswith("Last error:")
+        engine.scan(self, line, catalog.entries())
         # NCCL INFO chatter is most of a big job's log, and only NCCL's parsers can use it
         families = _NCCL_ONLY if engine.is_chatter(line) else FAMILIES
         for family in families:

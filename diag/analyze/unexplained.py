@@ -19,11 +19,12 @@ CONFIDENCE = 0.2
 
 
 def detect(inputs, findings: list[Finding]) -> list[Finding]:
-    """One ``unexplained`` finding when the text logs show errors and no root cause above
-    info was found; nothing otherwise."""
+    """One ``unexplained`` finding when the text logs show errors that no finding quotes
+    and no root cause above info was found; nothing otherwise."""
     if any(f.root_cause and f.severity > Severity.INFO for f in findings):
         return []
-    errors = first_errors(inputs.texts)
+    explained = {(ev.file, ev.line) for f in findings for ev in f.evidence}
+    errors = [e for e in first_errors(inputs.texts) if (e.file, e.line) not in explained]
     if not errors:
         return []
     return [_finding(errors)]

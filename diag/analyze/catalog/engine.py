@@ -11,6 +11,7 @@ line and keeps the multi-line state; this module holds none but the plans' cache
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 
 from diag.analyze.catalog.spec import Signature
@@ -26,6 +27,16 @@ def nccl_level(body: str) -> str | None:
     return None
 
 
+def glog_level(body: str) -> str | None:
+    """The level letter of a glog/c10 prefix ("[E1204 10:00:00.0 12 x.cpp:1]", "W0729 ..."),
+    also behind a timestamp of the launcher's."""
+    m = _GLOG.search(body, 0, 48)
+    return m.group(1) if m else None
+
+
+_GLOG = re.compile(r"(?:^|[\s\]:])\[?([IWEF])\d{4} \d\d:\d\d:\d\d")
+
+
 def is_chatter(line) -> bool:
     """NCCL INFO lines with NCCL's prefix: most of a big job's log; only NCCL's own entries
     (and no multi-line parser) can use them."""
@@ -36,17 +47,26 @@ def scopes(line) -> frozenset[str]:
     """The scopes (spec.SCOPES) whose entries may run on this line."""
     body = line.body
     chatter = is_chatter(line)
-    named = "NCCL" in body or "nccl" in body or line.pid is not None
+    # NCCL's message quoted by torch: on the line after "Last error:", or after it on the
+    # same line where a paste or a JSON error file joined the lines
+    quoted = getattr(line, "quoted", None) == "nccl" or "Last error:" in body
+    named = ("NCCL" in body or "nccl" in body or line.pid is not None or quoted
+             or "NET/Socket" in body or "NET/IB" in body)  # NCCL's own subsystem tags
     level = nccl_level(body) if named else None
-    nccl = named and (level is not None or "NCCL" in body)
+    nccl = named and (level is not None or "NCCL" in body or quoted)
     gloo = not chatter and ("gloo" in body or "Gloo" in body or (
         "by peer" in body and line.pid is None and "NCCL" not in body))  # NCCL's own is NCCL's
-    return _SCOPE_SETS[(not chatter, named, nccl, nccl and level in ("WARN", "ERROR"), gloo)]
+    cuda = not chatter and ("CUDA" in body or "cuda" in body or "Cuda" in body)
+    error = not chatter and ("rror" in body or "xception" in body or "RROR" in body
+                             or "ailed" in body or glog_level(body) in ("E", "W", "F")
+                             or (nccl and level in ("WARN", "ERROR")))
+    return _SCOPE_SETS[(not chatter, named, nccl, nccl and level in ("WARN", "ERROR"), gloo,
+                        cuda, error)]
 
 
-_SCOPE_SETS = {flags: frozenset(s for s, on in zip(("any", "nccl_any", "nccl", "nccl_warn",
-                                                    "gloo"), flags) if on)
-               for flags in itertools.product((False, True), repeat=5)}
+_SCOPE_NAMES = ("any", "nccl_any", "nccl", "nccl_warn", "gloo", "cuda", "error")
+_SCOPE_SETS = {flags: frozenset(s for s, on in zip(_SCOPE_NAMES, flags) if on)
+               for flags in itertools.product((False, True), repeat=len(_SCOPE_NAMES))}
 _PLANS: dict = {}
 
 

@@ -41,6 +41,28 @@ def _ifaces(m: re.Match) -> list[tuple[str, str]]:
     return [(i.group("iface"), i.group("addr")) for i in _IFACE_ITEM.finditer(m.group("rest"))]
 
 
+def _net_interfaces(ex, line, m: re.Match) -> None:
+    ifaces = _ifaces(m) if m.group("rest") else _listed_after(ex, line)
+    ex.emit("nccl_net", line, transport=m.group("transport"), ifaces=ifaces, oob=_oob(m))
+
+
+def _listed_after(ex, line) -> list[tuple[str, str]]:
+    """NCCL prints the list on its line; a paste (or a narrow terminal) may put each
+    "[N]iface:addr<0>" item on a line of its own after a bare "NET/Socket : Using"."""
+    out = []
+    for text in ex.bodies_after(line, _MAX_LISTED):
+        text = _TIMESTAMP.sub("", text, count=1)  # a launcher's stamp is no item
+        items = list(_IFACE_ITEM.finditer(text))
+        if not items or _IFACE_ITEM.sub("", text).strip():
+            break
+        out += [(it.group("iface"), it.group("addr")) for it in items]
+    return out
+
+
+_TIMESTAMP = re.compile(r"^\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d[.,\d]*\]?\s*(?:\|\s*)?")
+_MAX_LISTED = 32  # interfaces read off the lines after a bare "NET/Socket : Using"
+
+
 def _driver_version(m: re.Match) -> str:
     v = int(m.group("v"))  # 12080 -> "12.8"
     return f"{v // 1000}.{v % 1000 // 10}"
@@ -169,9 +191,10 @@ ENTRIES = (
         near_misses=("n1:10:10 [0] NCCL INFO Using non-device net plugin version 0",)),
     Signature(
         id="nccl.net_interfaces", signal="nccl_net", scope="nccl", oneof="net_using",
-        prefilter=("Using [", "NET/"),
-        pattern=r"NET/(?P<transport>Socket|IB)\s*:\s*Using (?P<rest>.*)",
+        prefilter=("Using", "NET/"),
+        pattern=r"NET/(?P<transport>Socket|IB)\s*:\s*Using(?: (?P<rest>.*)|\s*$)",
         fields={"transport": str, "ifaces": compute(_ifaces), "oob": compute(_oob)},
+        parse=_net_interfaces,
         source=Source(NCCL, "src/transport/net_socket.cc", "ncclNetSocketInit"),
         also=(Source(NCCL, "src/transport/net_ib/init.cc", "ncclIbInitDevices",
                      "'NET/IB : Using%s %s; OOB %s:%s'; before 2.19 src/transport/net_ib.cc "
@@ -321,17 +344,22 @@ ENTRIES = (
     Signature(
         id="nccl.ib_completion_error", signal="nccl_ib_error", scope="nccl",
         prefilter=("completion",),
-        pattern=r"Got completion from peer (?P<peer>\S+?)(?:<\d+>)? "
+        pattern=r"Got completion (?:from peer (?P<peer>\S+?)(?:<\d+>)? )?"
                 r"with (?:error |status=?)(?:[A-Z_]+\()?(?P<status>\d+)",
-        fields={"peer": str, "status": int, "op": const("completion")},
+        fields={"peer": group("peer"), "status": int, "op": const("completion")},
         source=Source(NCCL, "src/transport/net_ib/p2p.cc", "ncclIbLogCompletionWithError",
-                      "before 2.22: src/transport/net_ib.cc ncclIbTest"),
+                      "before 2.22: src/transport/net_ib.cc ncclIbTest; before 2.9 without "
+                      "the peer: 'NET/IB : Got completion with error %d, opcode %d, len %d, "
+                      "vendor err %d'"),
         examples=(Example("n1:1:1 [0] transport/net_ib.cc:1909 NCCL WARN NET/IB : Got "
                           "completion from peer 10.0.0.2<39421> with status=12 opcode=0 len=0 "
                           "vendor err 129", {"peer": "10.0.0.2", "status": 12}),
                   Example("n1:1:1 [0] p2p.cc:688 NCCL WARN NET/IB: Got completion from peer "
                           "10.0.0.2<39421> with status=IBV_WC_RETRY_EXC_ERR(12) opcode=RDMA_WRITE"
-                          "(0) vendor_err=129", {"status": 12})),
+                          "(0) vendor_err=129", {"status": 12}),
+                  Example("h7:881:902 [1] transport/net_ib.cc:775 NCCL WARN NET/IB : Got "
+                          "completion with error 12, opcode 1, len 65536, vendor err 129",
+                          {"peer": None, "status": 12})),
         near_misses=("n1:1:1 [0] NCCL INFO waiting for completion",)),
     Signature(
         id="nccl.ibv_call_failed", signal="nccl_ib_error", scope="nccl",

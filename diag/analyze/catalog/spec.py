@@ -8,13 +8,14 @@ than one sample's wording. ``source`` says where that format string is.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from diag.verdict import Category
 
-SCOPES = ("any", "nccl_any", "nccl", "nccl_warn", "gloo")
+SCOPES = ("any", "nccl_any", "nccl", "nccl_warn", "gloo", "cuda", "error")
 """Which lines an entry is tried on (computed once per line by the engine):
 
 - ``any``: every line but NCCL's INFO chatter (``host:pid:tid [dev] NCCL INFO ...``);
@@ -22,7 +23,11 @@ SCOPES = ("any", "nccl_any", "nccl", "nccl_warn", "gloo")
 - ``nccl``: those of them at an NCCL level (INFO/WARN/ERROR/TRACE) or saying ``NCCL``;
 - ``nccl_warn``: those at level WARN or ERROR;
 - ``gloo``: lines that name gloo, or a bare "... by peer" that neither NCCL nor its prefix
-  claims.
+  claims;
+- ``cuda``: lines that name CUDA (an error string of the CUDA runtime is only that there);
+- ``error``: lines with an error word (``Error``, ``Exception``) or at NCCL's WARN level.
+
+The line after torch's ``Last error:`` is NCCL's message quoted: it counts as NCCL's.
 """
 
 
@@ -142,7 +147,6 @@ class Signature:
     parse: Callable | None = None  # code for what a regex cannot say: parse(ex, line, match)
     implies: Implies | None = None
     flags: int = 0
-    regex: re.Pattern = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.scope not in SCOPES:
@@ -150,7 +154,12 @@ class Signature:
         if not self.prefilter:
             raise ValueError(f"{self.id}: prefilter is empty: give the plain substrings the "
                              "pattern needs, so common lines cost a few `in` tests")
-        object.__setattr__(self, "regex", re.compile(self.pattern, self.flags))
+
+    @functools.cached_property
+    def regex(self) -> re.Pattern:
+        # compiled on first use: most of the ~1,600 entries never pass their prefilter in a
+        # given log, and compiling them all costs a quarter second at every start
+        return re.compile(self.pattern, self.flags)
 
     def passes(self, text: str) -> bool:
         """The cheap test: every prefilter item (any of a tuple's) in ``text``, no veto."""

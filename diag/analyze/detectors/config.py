@@ -186,9 +186,28 @@ def _port_in_use(idx: SignalIndex) -> list[Finding]:
     if not sigs:
         return []
     port = next((s.fields["port"] for s in sigs if s.fields.get("port")), None)
-    title = f"the store cannot bind port {port or '?'}: address already in use"
+    server = _store_server_rank(idx, sigs)
+    where = f" on rank {server}, which hosts the store" if server is not None else ""
+    title = f"the store cannot bind port {port or '?'}{where}: address already in use"
     return [make(Category.ENV_MISCONFIG, title, _FIX_IN_USE.format(port=port or "MASTER_PORT"),
-                 DETECTOR, 0.7, sigs, env_var="MASTER_PORT")]
+                 DETECTOR, 0.7, sigs, env_var="MASTER_PORT",
+                 ranks=[server] if server is not None else [])]
+
+
+# torch/distributed/rendezvous.py: from init_process_group's tcp:// and env:// handlers only
+# rank 0 starts the TCPStore server (start_daemon = rank == 0; under torchrun's agent store
+# every rank is a client and never binds), so a bind failure raised there is rank 0's.
+_RENDEZVOUS_HANDLERS = frozenset({"_tcp_rendezvous_handler", "_env_rendezvous_handler",
+                                  "_create_c10d_store"})
+
+
+def _store_server_rank(idx: SignalIndex, binds: list[Signal]) -> int | None:
+    lines = {(s.file, s.line) for s in binds}
+    for exc in idx.of("exception"):
+        if (exc.file, exc.line) in lines and _RENDEZVOUS_HANDLERS.intersection(
+                exc.fields.get("frames") or ()):
+            return 0
+    return None
 
 
 # ---------------------------------------------------------------------------------------

@@ -368,6 +368,11 @@ def _nccl_cuda(idx: SignalIndex) -> list[Finding]:
                  ranks=_culprit(first), hosts=[s.host for s in sigs])]
 
 
+# A finding that quotes a message without knowing it: a template that knows the message
+# says more (detectors/emitted.prune)
+GENERIC = {"generic": True}
+
+
 def _cuda_errors(idx: SignalIndex) -> list[Finding]:
     sigs = idx.of("cuda_error")
     if not sigs:
@@ -376,7 +381,7 @@ def _cuda_errors(idx: SignalIndex) -> list[Finding]:
     who = fmt_ranks([first.rank]) if first.rank is not None else "a rank"
     title = f"CUDA error on {who}: {first.fields.get('message', '')[:100]}"
     return [make(Category.OTHER, title, _FIX_CUDA_ERROR, DETECTOR, 0.6, sigs,
-                 ranks=_culprit(first))]
+                 ranks=_culprit(first), details=GENERIC)]
 
 
 def _slurm_nodes(idx: SignalIndex) -> list[Finding]:
@@ -560,13 +565,29 @@ def _unexplained(idx: SignalIndex) -> list[Finding]:
     own = [s for s in idx.of("exception") if not is_consequence(s)]
     if own:
         return [_first_exception(idx, own)]
+    first = [s for s in idx.of("launcher_first_failure") if s.rank is not None]
+    if first:
+        return [_launcher_first(first[0])]
     codes = idx.of("nccl_error")
     if not codes:
         return []
     fix = ("Rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV: the WARN line before the "
            "error names the cause.")
     title = f"NCCL {codes[0].fields.get('code')} error with no detail in the log"
-    return [make(Category.OTHER, title, fix, DETECTOR, 0.3, codes, severity=Severity.WARN)]
+    return [make(Category.OTHER, title, fix, DETECTOR, 0.3, codes, severity=Severity.WARN,
+                 details=GENERIC)]
+
+
+def _launcher_first(sig: Signal) -> Finding:
+    """The launcher names the first rank to exit non-zero (mpirun's help text) and nothing
+    says why: that rank is where to look."""
+    code = sig.fields.get("exit_code")
+    title = (f"{sig.fields.get('launcher')}: rank {sig.rank} exited first"
+             + (f" (exit code {code})" if code is not None else "")
+             + "; the log holds no error of its own")
+    fix = (f"Read rank {sig.rank}'s own output (its stderr, or rerun with NCCL_DEBUG=WARN): "
+           "the other ranks were terminated because it exited.")
+    return make(Category.OTHER, title, fix, DETECTOR, 0.45, [sig], ranks=[sig.rank])
 
 
 def _first_exception(idx: SignalIndex, own: list[Signal]) -> Finding:
@@ -577,7 +598,8 @@ def _first_exception(idx: SignalIndex, own: list[Signal]) -> Finding:
     fix = ("Fix this exception first: the other ranks' errors are consequences of this rank "
            "leaving the job.")
     ranks = [rank] if rank is not None else []
-    return make(Category.OTHER, title, fix, DETECTOR, 0.4, [first], ranks=ranks)
+    return make(Category.OTHER, title, fix, DETECTOR, 0.4, [first], ranks=ranks,
+                details=GENERIC)
 
 
 def _elastic_root_rank(idx: SignalIndex) -> int | None:

@@ -10,8 +10,10 @@ turns its verdict into findings with the measured rates as evidence.
 
 from __future__ import annotations
 
-from diag import fixes
 import ipaddress
+
+from diag import fixes
+from diag.analyze.catalog import implied
 
 from diag.analyze.detectors.common import (SignalIndex, bare_address, classify_address,
                                            env_values, index, is_loopback, make, multi_node,
@@ -95,7 +97,8 @@ def detect_text(inputs) -> list[Finding]:
     # by itself explains a failed connect better than the network does
     for rule in (_ipoib_bootstrap, _nccl_connect, _gloo_connect, _store_unreachable,
                  _ib_link_errors, _no_interface, _socket_family, _loopback_bootstrap,
-                 _bridge_bootstrap, _bootstrap_chain, _gloo_interface, _slow_link):
+                 _bridge_bootstrap, _bridge_socket, _bootstrap_chain, _gloo_interface,
+                 _mpi_wrong_peer, _slow_link):
         findings += rule(idx)
     return findings
 
@@ -192,7 +195,10 @@ def _ib_link_errors(idx: SignalIndex) -> list[Finding]:
     if not sigs:
         return []
     peer, host = sigs[0].fields.get("peer"), sigs[0].host
-    title = f"InfiniBand transfers to {peer} fail (retry count exceeded)"
+    src = f" from {host}" if host else ""
+    title = (f"InfiniBand transfers{src} to {peer} fail (retry count exceeded)" if peer else
+             f"InfiniBand transfers{src} fail: the work requests' retries are exhausted "
+             "(completion status 12/13)")
     return [make(Category.NETWORK_UNREACHABLE, title, _FIX_IB_LINK, DETECTOR, 0.7, sigs,
                  hosts=_hosts(sigs), link=(host, peer) if host and peer else None)]
 
@@ -256,6 +262,49 @@ def _bridge_bootstrap(idx: SignalIndex) -> list[Finding]:
     return [make(Category.WRONG_INTERFACE, "NCCL bootstraps on a container bridge address",
                  _FIX_BRIDGE, DETECTOR, 0.65, sigs, hosts=_hosts(sigs),
                  env_var="NCCL_SOCKET_IFNAME")]
+
+
+def _bridge_socket(idx: SignalIndex) -> list[Finding]:
+    """NCCL's socket transport lists container-bridge or veth interfaces beside the host's
+    own: with NCCL_SOCKET_IFNAME unset it stripes inter-node traffic over all of them, and
+    the other node cannot reach a bridge that exists only on this one. On one node the
+    transport carries nothing between nodes, so it is no finding there."""
+    if single_node(idx):
+        return []
+    sigs = [s for s in idx.of("nccl_net") if s.fields.get("transport") == "Socket"
+            and any(str(name).startswith(_BRIDGES) for name, _ in s.fields.get("ifaces") or ())]
+    if not sigs:
+        return []
+    names = [name for name, _ in sigs[0].fields["ifaces"]]
+    real = [n for n in names if not n.startswith(_BRIDGES) and n != "lo"]
+    bridges = [n for n in names if n.startswith(_BRIDGES)]
+    title = (f"NCCL's socket transport uses {len(bridges)} container-bridge/veth "
+             f"interface(s) ({', '.join(bridges[:3])}{', ...' if len(bridges) > 3 else ''})"
+             " that other nodes cannot reach")
+    fix = (f"Set NCCL_SOCKET_IFNAME={real[0] if real else '<the host interface>'} (the "
+           "interface the nodes share) on every node, or exclude the bridges "
+           "(NCCL_SOCKET_IFNAME=^docker,br-,veth,lo).")
+    return [make(Category.WRONG_INTERFACE, title, fix, DETECTOR, 0.6, sigs, hosts=_hosts(sigs),
+                 env_var="NCCL_SOCKET_IFNAME")]
+
+
+_MPI_WRONG_PEER = implied("mpi_wrong_peer")
+
+
+def _mpi_wrong_peer(idx: SignalIndex) -> list[Finding]:
+    sigs = idx.of("mpi_wrong_peer")
+    if not sigs:
+        return []
+    title = ("Open MPI's TCP transport connected to the wrong process (received unexpected "
+             "process identifier): it uses an interface the hosts do not share")
+    return [make(_MPI_WRONG_PEER.category, title, _MPI_WRONG_PEER.fix, DETECTOR,
+                 _MPI_WRONG_PEER.confidence, sigs, hosts=_hosts(sigs))]
+
+
+def single_node(idx: SignalIndex) -> bool:
+    """The log states one node (NCCL's nNodes, torchrun's nnodes)."""
+    counts = {s.fields.get("n") for s in idx.of("nnodes")}
+    return counts == {1}
 
 
 def _bootstrap_failures(idx: SignalIndex) -> list[Signal]:

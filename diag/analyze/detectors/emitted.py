@@ -1,0 +1,114 @@
+"""The generic rule: a message whose template the catalog knows says what happened.
+
+Every ``emitted`` signal is a line matched by one emitter template (catalog/emitted.py).
+The lines of one template become one finding: its category, its title with the fields the
+line printed, its fix, the culprit its knowledge row names among those fields, and a
+confidence from the template's role (an initiating failure, a cascade, a setting, a
+diagnostic, teardown, a retry).
+A line that a cross-line rule already explains at least as surely keeps that rule's
+finding alone (``prune``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import replace
+
+from diag.analyze.catalog.emitted import Template, by_id
+from diag.analyze.detectors.common import index, make
+from diag.analyze.signals import Signal
+from diag.verdict import Finding, Severity
+
+DETECTOR = "emitted"
+# A failure the printer had is an error; a consequence of one elsewhere (a cascade), a
+# setting, a diagnostic, teardown or a retry is a warning beside the cause.
+_SEVERITY = {"initiating": Severity.ERROR}  # the others: WARN
+# A root cause is what a failure or a setting says; teardown, a diagnostic or a retry is
+# what follows one, reported but never the cause itself.
+_ROOT_ROLES = ("initiating", "cascade", "configuration")
+_FIELD_TEXT = 60  # characters of a field shown in a title
+
+
+def detect_text(inputs) -> list[Finding]:
+    known = by_id()
+    lines: dict[str, list[Signal]] = defaultdict(list)
+    for sig in index(inputs).of("emitted"):
+        lines[sig.fields["template"]].append(sig)
+    out = []
+    for tid, signals in lines.items():
+        template = known.get(tid)
+        if template is not None and template.implies is not None:
+            out.append(finding(template, signals))
+    return out
+
+
+def finding(t: Template, signals: list[Signal]) -> Finding:
+    implies = t.implies
+    ranks, hosts, var = culprit(t, signals)
+    title = render_title(t.title, signals[0].fields.get("values", {}))
+    return make(implies.category, title, implies.fix, DETECTOR, implies.confidence, signals,
+                ranks=ranks, hosts=hosts, env_var=var,
+                severity=_SEVERITY.get(t.role, Severity.WARN), root_cause=t.role in _ROOT_ROLES,
+                details={"template": t.id, "role": t.role, "source": f"{t.file}:{t.line}",
+                         "function": t.function})
+
+
+def culprit(t: Template, signals: list[Signal]) -> tuple[list[int], list[str], str | None]:
+    """(ranks, hosts, variable) the knowledge row's ``culprit`` names, read off the lines."""
+    kind, _, ref = t.culprit.partition(":") if ":" in t.culprit else ("rank", "", t.culprit)
+    if not ref:
+        return [], [], None
+    if kind == "var":
+        value = signals[0].fields.get("values", {}).get(ref)
+        return [], [], str(value)[:80] if value else ref
+    values = [s.rank if ref == "line" else s.fields.get("values", {}).get(ref)
+              for s in signals]
+    if kind == "host":
+        return [], [_host(v) for v in values if v], None
+    return [v for v in map(_rank, values) if v is not None], [], None
+
+
+def _rank(value) -> int | None:
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    return int(value) if isinstance(value, str) and value.isdigit() else None
+
+
+# "10.0.0.2<35521>", "[10.0.0.2]:35521", "node3:29500": the host part of an address
+_HOST = re.compile(r"^\[?(?P<host>[^\]<>\s]+?)\]?(?:<\d+>|:\d+)?$")
+
+
+def _host(value) -> str:
+    text = str(value).strip().strip("'\"")
+    m = _HOST.match(text)
+    return (m.group("host") if m else text)[:80]
+
+
+def render_title(title: str, fields: dict) -> str:
+    """The title with ``{field}`` replaced by what the line printed (cut, one line)."""
+    def value(m: re.Match) -> str:
+        found = fields.get(m.group(1))
+        text = " ".join(str(found).split()) if found not in (None, "") else "?"
+        return text[:_FIELD_TEXT]
+    return re.sub(r"\{(\w+)\}", value, title)
+
+
+def prune(findings: list[Finding]) -> list[Finding]:
+    """Drop a template's finding where every line it quotes is already evidence of another
+    rule's finding, cause or symptom, as sure as the template: the rule that read the lines
+    around it knows more than the one line (and a line it judged a symptom stays one). A finding that only quotes the message (``generic``: the
+    first exception, a CUDA error's text) knows less than the template: where a template
+    explains all its lines, it stays as a symptom."""
+    cited: dict[tuple, float] = {}
+    for f in findings:
+        if f.detector != DETECTOR and f.severity > Severity.INFO \
+                and not f.details.get("generic"):
+            for ev in f.evidence:
+                key = (ev.file, ev.line)
+                cited[key] = max(cited.get(key, 0.0), f.confidence)
+    kept = [f for f in findings if f.detector != DETECTOR or not f.evidence or not all(
+        cited.get((ev.file, ev.line), -1.0) >= f.confidence for ev in f.evidence)]
+    known = {(ev.file, ev.line) for f in kept if f.detector == DETECTOR for ev in f.evidence}
+    return [replace(f, root_cause=False) if f.details.get("generic") and f.evidence and all(
+        (ev.file, ev.line) in known for ev in f.evidence) else f for f in kept]
