@@ -66,10 +66,14 @@ class Template:
     fix: str
     waiver: str
     example: str  # the rendered line: a log line as the emitter prints it
+    failure: bool = True  # the inventory's word: does the message report a failure?
 
     @property
     def implies(self) -> Implies | None:
-        if self.waiver or self.role not in CONFIDENCE or self.category is None:
+        """The finding the message makes on its own; none for one that reports no failure
+        (NCCL's INFO about a plugin it did not find is in every healthy log)."""
+        if not self.failure or self.waiver or self.role not in CONFIDENCE \
+                or self.category is None:
             return None
         return Implies(self.category, CONFIDENCE[self.role], self.fix)
 
@@ -108,24 +112,38 @@ def _template(tid: str, inv: dict, row: dict) -> Template:
     names = tuple(n.strip() for n in row["fields"].split(",")) if row["fields"] else ()
     title, culprit = row.get("title") or "", row.get("culprit") or ""
     if row["format"] != inv["template"]:  # an older wording with its successor's knowledge
-        names, title, culprit = _reworded(inv["template"], names, title, culprit)
+        names, title, culprit = _reworded(inv["template"], row["format"], names, title,
+                                          culprit)
     category = Category(row["category"]) if row.get("category") else None
     return Template(tid, inv["emitter"], inv["file"], int(inv["line"] or 0),
                     inv.get("function") or "", inv.get("versions") or "", inv["level"],
                     inv["template"], names, row.get("role") or "", category, culprit, title,
-                    row.get("fix") or "", row.get("waiver") or "", inv.get("rendered") or "")
+                    row.get("fix") or "", row.get("waiver") or "", inv.get("rendered") or "",
+                    inv.get("failure") == "1")
 
 
-def _reworded(fmt_text: str, names: tuple, title: str, culprit: str) -> tuple:
-    """An older wording keeps its successor's field names only when it has as many
-    placeholders (the same values, reworded); otherwise its values go unnamed, and the
-    title and culprit say what they can without them."""
-    count = len(fmt.placeholders(fmt_text))
+def _reworded(old: str, successor: str, names: tuple, title: str, culprit: str) -> tuple:
+    """An older wording takes its successor's field names where it prints the same value:
+    as many placeholders, or a placeholder after the same word ("Connect to %s failed : %s"
+    and "%s: connect to %s failed : %s" both print the address after "to"). The title and
+    culprit keep what they can name; an unnamed value reads as an ellipsis."""
+    count = len(fmt.placeholders(old))
     if count == len(names):
         return names, title, culprit
+    before = dict(zip(_words_before(successor), names))
+    mapped = tuple(before.get(word, "_") for word in _words_before(old))
+    mapped = tuple(n if mapped.count(n) == 1 else "_" for n in mapped)  # unique names only
+    title = re.sub(r"\{(\w+)\}", lambda m: m.group(0) if m.group(1) in mapped else "…", title)
     kind, _, ref = culprit.partition(":")
-    keep = culprit == "line" or (kind == "var" and ref and ref in fmt_text)
-    return ("_",) * count, re.sub(r"\{\w+\}", "…", title), culprit if keep else ""
+    keep = culprit == "line" or (ref or kind) in mapped or (kind == "var" and ref in old)
+    return mapped, title, culprit if keep else ""
+
+
+def _words_before(text: str) -> list[str]:
+    """The literal word before each placeholder (lowercased; "" when none)."""
+    parts = fmt.PLACEHOLDER.split(text)
+    return [(parts[i].split() or [""])[-1].lower().strip(":") for i, conv in
+            enumerate(fmt.PLACEHOLDER.findall(text)) if conv != "%%"]
 
 
 def join(inv: list[dict], know: dict[tuple, dict]) -> list[Template]:

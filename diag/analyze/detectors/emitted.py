@@ -95,20 +95,37 @@ def render_title(title: str, fields: dict) -> str:
 
 
 def prune(findings: list[Finding]) -> list[Finding]:
-    """Drop a template's finding where every line it quotes is already evidence of another
-    rule's finding, cause or symptom, as sure as the template: the rule that read the lines
-    around it knows more than the one line (and a line it judged a symptom stays one). A finding that only quotes the message (``generic``: the
-    first exception, a CUDA error's text) knows less than the template: where a template
+    """Drop a template's finding where another rule, which read the lines around it,
+    already quotes every line it quotes as surely: as a root cause, or, for a message that
+    is itself a consequence (a cascade, teardown, a diagnostic, a retry), as a symptom. A
+    printer's own failure or setting is not silenced by a rule that files every error line
+    as a symptom of a hang. A finding that only quotes the message (``generic``: the first
+    exception, a CUDA error's text) knows less than the template: where a template
     explains all its lines, it stays as a symptom."""
-    cited: dict[tuple, float] = {}
-    for f in findings:
-        if f.detector != DETECTOR and f.severity > Severity.INFO \
-                and not f.details.get("generic"):
-            for ev in f.evidence:
-                key = (ev.file, ev.line)
-                cited[key] = max(cited.get(key, 0.0), f.confidence)
-    kept = [f for f in findings if f.detector != DETECTOR or not f.evidence or not all(
-        cited.get((ev.file, ev.line), -1.0) >= f.confidence for ev in f.evidence)]
+    as_cause, as_any = _cited(findings, roots_only=True), _cited(findings, roots_only=False)
+    kept = [f for f in findings if f.detector != DETECTOR or not _explained(
+        f, as_cause if f.details.get("role") in _OWN_ROLES else as_any)]
     known = {(ev.file, ev.line) for f in kept if f.detector == DETECTOR for ev in f.evidence}
     return [replace(f, root_cause=False) if f.details.get("generic") and f.evidence and all(
         (ev.file, ev.line) in known for ev in f.evidence) else f for f in kept]
+
+
+_OWN_ROLES = ("initiating", "configuration")
+
+
+def _cited(findings: list[Finding], roots_only: bool) -> dict[tuple, float]:
+    """(file, line) -> the surest confidence another rule quotes it with."""
+    cited: dict[tuple, float] = {}
+    for f in findings:
+        if f.detector == DETECTOR or f.severity <= Severity.INFO or f.details.get("generic"):
+            continue
+        if roots_only and not f.root_cause:
+            continue
+        for ev in f.evidence:
+            cited[(ev.file, ev.line)] = max(cited.get((ev.file, ev.line), 0.0), f.confidence)
+    return cited
+
+
+def _explained(f: Finding, cited: dict[tuple, float]) -> bool:
+    return bool(f.evidence) and all(cited.get((ev.file, ev.line), -1.0) >= f.confidence
+                                    for ev in f.evidence)
