@@ -57,6 +57,10 @@ class Limits:
     pickle_seconds: float = 120.0
     """A pickle is unpickled in a worker process that is ended past this (1024 dumps of
     2000 entries, 257 MB, take 8 s of CPU in all)."""
+    text_seconds: float = 120.0
+    """Parsing one text log stops past this, and the line it stopped at is a problem (a
+    20,000-line log takes about half a second; lines built to be slow take up to 0.15 s
+    each)."""
     doc_bytes: int = 512 * MB
     """A JSON document or pickle; a longer JSON file is read as text, a pickle skipped."""
     total_bytes: int = 1024 * MB
@@ -93,6 +97,7 @@ class TextLog:
     lines: list[str]
     n_lines: int = 0
     errors: list | None = None  # None: not computed (first_errors reads ``lines``)
+    stopped_at: int | None = None  # the first line not parsed, when parsing ran out of time
 
 
 @dataclass
@@ -471,7 +476,12 @@ def read_text(path: str, size: int, limits: Limits) -> tuple[tuple[TextLog, list
     del data
     log = TextLog(path, paste.unwrap(text.splitlines()))
     del text
-    signals = extract_signals(log)
+    signals = extract_signals(log, limits.text_seconds)
+    if log.stopped_at is not None:
+        problems.append(Problem(path, log.stopped_at, (
+            f"parsing stopped at line {log.stopped_at} of {len(log.lines)}: it ran past "
+            f"{limits.text_seconds:g} s (lines built to be slow to parse?); the lines after "
+            "it were not read")))
     log.n_lines, log.errors, log.lines = len(log.lines), error_lines(log), []
     return (log, signals), problems
 
@@ -609,10 +619,10 @@ def fr_rank(file: Path, doc: dict) -> int | None:
     return rank if rank is not None and 0 <= rank < schema.MAX_WORLD_SIZE else None
 
 
-def extract_signals(log: TextLog) -> list[Signal]:
+def extract_signals(log: TextLog, seconds: float | None = None) -> list[Signal]:
     from diag.analyze.textlog import extract  # the line parsers: heavy regex tables
 
-    return extract(log)
+    return extract(log, seconds)
 
 
 def error_lines(log: TextLog) -> list[Signal]:

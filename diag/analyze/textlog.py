@@ -15,6 +15,7 @@ from __future__ import annotations
 import calendar
 import functools
 import re
+import time
 from dataclasses import dataclass, field, replace
 
 from diag.analyze import catalog
@@ -24,6 +25,7 @@ from diag.analyze.signals import Signal
 from diag.format.schema import MAX_WORLD_SIZE
 
 MAX_LINE = 8192  # longer lines are cut before parsing: a regex over 1 MB of junk is a stall
+_CLOCK_EVERY = 64  # lines between looks at the clock (a line costs at most ~0.15 s)
 _ANY_TIME_WINDOW = 72  # timestamps sit near the start of a line
 
 # ---------------------------------------------------------------------------------------
@@ -624,10 +626,16 @@ FAMILIES = (nccl_ib_unused, activity_family, elastic_family, python_family,
             hardware_family, topology_family)
 
 
-def extract(log) -> list[Signal]:
-    """Every signal in one text log, in line order; never raises on any input."""
+def extract(log, seconds: float | None = None) -> list[Signal]:
+    """Every signal in one text log, in line order; never raises on any input. Past
+    ``seconds`` of parsing it stops, and ``log.stopped_at`` holds the first line not read:
+    each line costs bounded time, but a file of crafted lines could add up to hours."""
     ex = Extractor(str(log.path), log.lines)
+    deadline = time.monotonic() + seconds if seconds is not None else None
     for n, raw in enumerate(log.lines, 1):
+        if deadline is not None and n % _CLOCK_EVERY == 0 and time.monotonic() > deadline:
+            log.stopped_at = n
+            break
         try:
             ex.feed(n, raw if isinstance(raw, str) else str(raw))
         except Exception:  # noqa: BLE001 - a line that breaks a parser is skipped and counted

@@ -174,3 +174,28 @@ def test_waivers_are_few() -> None:
 
 def test_categories_come_from_the_shared_vocabulary() -> None:
     assert {t.category for t in TEMPLATES if t.category} <= set(Category)
+
+
+# ---------------------------------------------------------------------------------------
+# Hostile lines: what a crafted line can cost
+
+
+def test_no_compiled_template_has_an_unbounded_value_but_the_last() -> None:
+    # lazy groups that backtrack into each other cost polynomial time on a crafted 8 KB line;
+    # every value but a message's last is bounded (fmt.VALUE_MAX, TOKEN_MAX, GLUED_MAX)
+    for entry in ENTRIES:
+        pattern = entry.pattern
+        assert ".*?" not in pattern and "\\S*" not in pattern, entry.id
+        assert pattern.count(".*") <= 1, entry.id
+        if ".*" in pattern:
+            assert re.search(r"\(\?P<f\d+>\.\*\)(?:\\s\*)?(?:\(\?!\\w\))?$", pattern), entry.id
+
+
+def test_a_text_log_past_its_time_budget_is_cut_and_named(tmp_path) -> None:
+    from diag.analyze.inputs import Limits
+
+    log = tmp_path / "job.log"
+    log.write_text("Epoch 1 | step 7 | loss 2.31 | lr 3e-4 | 412.5 samples/s\n" * 40_000)
+    result = analyze(log, Limits(text_seconds=0.01))
+    cut = [p for p in result.problems if "parsing stopped at line" in p.message]
+    assert len(cut) == 1 and cut[0].line and cut[0].line < 40_000, result.problems

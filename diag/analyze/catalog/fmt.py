@@ -26,9 +26,21 @@ _FLOAT = r"-?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf)"
 _PTR = r"(?:0x[0-9a-fA-F]+|\(nil\)|nil|0)"
 
 
-def _typed(conv: str, last: bool, first: bool = False) -> str:
-    """The regex of one placeholder's value; the last one of a message takes the rest, and
-    a text that opens it is one token (else it would take the carrier before it too)."""
+# How long a value inside a message may be: every start position of a search may scan this
+# far, so the bound is what keeps a crafted 8 KB line linear (a value in a real message is
+# an address, a name, a number, an error string; the last one may take the rest).
+SPACE = r"\s"  # marks an ``until`` that begins with whitespace
+VALUE_MAX = 256
+TOKEN_MAX = 128
+GLUED_MAX = 8  # the first of two values with nothing between them: a prefix ("^", "=")
+
+
+def _typed(conv: str, last: bool, first: bool = False, until: str | None = "") -> str:
+    """The regex of one placeholder's value; the last one of a message takes the rest, a
+    text that opens it is one token (else it would take the carrier before it too), and a
+    text between literals runs up to the next literal ``until`` (a regex) and never gives
+    back what it took: a log line is hostile input, and lazy groups that backtrack into each
+    other cost polynomial time on a crafted line."""
     kind = conv[-1] if conv.startswith("%") else "s"
     if kind in "di":
         return _INT
@@ -42,9 +54,16 @@ def _typed(conv: str, last: bool, first: bool = False) -> str:
         return _PTR
     if kind == "c":
         return r"."
-    if first:
-        return r"\S*"
-    return r".*" if last else r".*?"
+    if first:  # possessive when a space ends it: the token cannot give back its end
+        return rf"\S{{0,{TOKEN_MAX}}}" + ("+" if until is not None and until.startswith(
+            SPACE) else "")
+    if last:
+        return r".*"
+    if until:
+        return rf"(?:(?!\s*{until}).){{0,{VALUE_MAX}}}+"
+    if until is None:  # another value follows with nothing between: the split is arbitrary
+        return rf"\S{{0,{GLUED_MAX}}}?"
+    return rf".{{0,{VALUE_MAX}}}?"
 
 
 def placeholders(fmt: str) -> list[str]:
@@ -89,7 +108,11 @@ def compile_piece(piece: str, offset: int = 0) -> Compiled:
                 continue
             last = i == len(convs) - 1 and not parts[i + 1].strip()
             first = i == 0 and not lit.strip()
-            out.append(f"(?P<f{n}>{_typed(conv, last, first)})")
+            nxt = parts[i + 1]
+            until = _literal(nxt.strip()) if nxt.strip() else ("" if nxt else None)
+            if first and nxt[:1].isspace():
+                until = SPACE + (until or "")
+            out.append(f"(?P<f{n}>{_typed(conv, last, first, until)})")
             n += 1
     words = [w for lit in parts for w in re.split(r"\s+", lit) if w]
     needle = max(words, key=len, default="")
