@@ -205,8 +205,11 @@ def signature(t: Template) -> Signature | None:
     if t.level == "ERROR_STRING":  # a whole error string, not words inside another message
         pattern = rf"(?<![\w]){pattern}(?![\w])"
     values = _fields(t, compiled)
+    word = fmt.whole_word(fmt.message_of(t.format)[0])
+    word = word if word and len(word) >= 4 else None  # shorter words are in every line
     return Signature(
-        id=t.id, signal="emitted", pattern=pattern, prefilter=(compiled.needle,),
+        id=t.id, signal="emitted", pattern=pattern, prefilter=(word or compiled.needle,),
+        word=word,
         source=_source(t), examples=(Example(t.example),) if t.example else (),
         fields={"template": const(t.id)}, scope=scope_of(t, compiled),
         parse=functools.partial(_emit, t.id, values), implies=t.implies)

@@ -10,6 +10,7 @@ line and keeps the multi-line state; this module holds none but the plans' cache
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import re
 from dataclasses import dataclass
@@ -80,23 +81,51 @@ class _Plan:
     gates: tuple[str, ...]
     needles_of: dict  # gate -> needles holding it
     by_needle: dict  # needle -> indices into entries
+    by_word: dict  # whole word -> indices of the entries keyed by it (emitter templates)
 
 
+_WORD = re.compile(r"\w+")  # a line's words, for the entries keyed by a whole word
 _GATE = 4  # gate length: short enough to be shared, long enough to be rare in plain text
 
 
 def _gates(needles: list[str]) -> dict[str, list[str]]:
-    """A small set of substrings such that every needle holds one (greedy set cover)."""
+    """A small set of substrings such that every needle holds one (greedy set cover, with
+    the lazy heap: a gate's count is only recomputed when it reaches the top)."""
+    cover: dict[str, set] = {}
+    for needle in needles:
+        for i in range(max(1, len(needle) - _GATE + 1)):
+            cover.setdefault(needle[i:i + _GATE], set()).add(needle)
+    heap = [(-len(held), gate) for gate, held in cover.items()]
+    heapq.heapify(heap)
     left, out = set(needles), {}
-    while left:
-        cover: dict[str, set] = {}
-        for needle in left:
-            for i in range(max(1, len(needle) - _GATE + 1)):
-                cover.setdefault(needle[i:i + _GATE], set()).add(needle)
-        gate = max(sorted(cover), key=lambda g: len(cover[g]))
-        out[gate] = sorted(cover[gate])
-        left -= cover[gate]
+    while left and heap:
+        count, gate = heapq.heappop(heap)
+        held = cover[gate] & left
+        if len(held) < -count:  # stale: others took some of its needles
+            if held:
+                heapq.heappush(heap, (-len(held), gate))
+            continue
+        out[gate] = sorted(held)
+        left -= held
     return out
+
+
+def _all_gates(entries: tuple[Signature, ...]) -> dict[str, list[str]]:
+    """The gates of every needle of ``entries``, computed once: a scope's plan keeps
+    those that hold one of its needles (a worker process computes this at its start)."""
+    cached = _GATES.get(id(entries))
+    if cached is None or cached[0] is not entries:
+        cached = _GATES[id(entries)] = (entries, _gates(sorted(
+            {n for e in entries if not e.word for n in _needles(e)})))
+    return cached[1]
+
+
+def _needles(entry: Signature) -> tuple[str, ...]:
+    first = entry.prefilter[0]
+    return first if isinstance(first, tuple) else (first,)
+
+
+_GATES: dict = {}
 
 
 def _plan(entries: tuple[Signature, ...], allowed: frozenset) -> _Plan:
@@ -105,14 +134,21 @@ def _plan(entries: tuple[Signature, ...], allowed: frozenset) -> _Plan:
     if cached is None or cached[0] is not entries:
         if len(_PLANS) > 256:  # callers that pass many entry tuples (tests, one entry each)
             _PLANS.clear()
+        if len(_GATES) > 256:
+            _GATES.clear()
         reach = tuple(e for e in entries if e.scope in allowed)
         by_needle: dict[str, list[int]] = {}
+        by_word: dict[str, list[int]] = {}
         for i, entry in enumerate(reach):
-            first = entry.prefilter[0]
-            for needle in first if isinstance(first, tuple) else (first,):
+            if entry.word:
+                by_word.setdefault(entry.word, []).append(i)
+                continue
+            for needle in _needles(entry):
                 by_needle.setdefault(needle, []).append(i)
-        gates = _gates(list(by_needle))
-        cached = _PLANS[key] = (entries, _Plan(reach, tuple(gates), gates, by_needle))
+        gates = {gate: held for gate, needles in _all_gates(entries).items()
+                 if (held := [n for n in needles if n in by_needle])}
+        cached = _PLANS[key] = (entries, _Plan(reach, tuple(gates), gates, by_needle,
+                                                by_word))
     return cached[1]
 
 
@@ -122,11 +158,12 @@ def scan(ex, line, entries: tuple[Signature, ...]) -> None:
     body = line.body
     plan = _plan(entries, scopes(line))
     gates = list(filter(body.__contains__, plan.gates))
-    if not gates:
-        return
     hits = [n for gate in gates for n in plan.needles_of[gate] if n in body]
+    found = {i for needle in hits for i in plan.by_needle[needle]}
+    for word in plan.by_word.keys() & set(_WORD.findall(body)):
+        found.update(plan.by_word[word])
     fired: set[str] = set()
-    for i in sorted({i for needle in hits for i in plan.by_needle[needle]}):
+    for i in sorted(found):
         entry = plan.entries[i]
         if entry.oneof and entry.oneof in fired:
             continue

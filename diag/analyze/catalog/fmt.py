@@ -71,6 +71,19 @@ def placeholders(fmt: str) -> list[str]:
     return [p for p in PLACEHOLDER.findall(fmt) if p != "%%"]
 
 
+def whole_word(piece: str) -> str | None:
+    """The longest ``\\w+`` run of the literals that is a whole word of every line the
+    piece matches: not glued to a placeholder (``%sfailed`` prints "xfailed")."""
+    parts = PLACEHOLDER.split(piece)
+    best = None
+    for i, lit in enumerate(parts):
+        for m in re.finditer(r"\w+", lit):
+            glued = (m.start() == 0 and i > 0) or (m.end() == len(lit) and i < len(parts) - 1)
+            if not glued and (best is None or len(m.group()) > len(best)):
+                best = m.group()
+    return best
+
+
 @dataclass(frozen=True)
 class Compiled:
     """A format string's matcher: ``pattern`` with groups ``f0``, ``f1``... in placeholder

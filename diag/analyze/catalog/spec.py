@@ -147,6 +147,7 @@ class Signature:
     parse: Callable | None = None  # code for what a regex cannot say: parse(ex, line, match)
     implies: Implies | None = None
     flags: int = 0
+    word: str | None = None  # the prefilter's needle is a whole word (\w+) of every match
 
     def __post_init__(self) -> None:
         if self.scope not in SCOPES:
