@@ -36,6 +36,7 @@ _ANY_TIME_WINDOW = 72  # timestamps sit near the start of a line
 # "[1,3]<stdout>:..."     mpirun --tag-output: job, rank
 # "3: ..."                srun --label: the task id
 # "node-7: ..."           pdsh (DeepSpeed's multi-node launcher): the host
+# "2026-01-15 06:21:53 | ..."  a logger's stamp and separator (the time is kept)
 # "(WorkerDict pid=4711, ip=10.0.0.2) ..."  Ray's log monitor: actor or task name, the
 #                         worker's pid, and its node's address when not the driver's;
 #                         vLLM's workers print "(VllmWorker rank=2 pid=4711) " the same way
@@ -43,7 +44,8 @@ _LEAD = re.compile(
     r"\s*(?:\[(?P<tag>[A-Za-z_]+?)(?P<tagn>\d+)\]:"
     r"|\[\d+,(?P<mpi>\d+)\]<std(?:out|err)>:"
     r"|\((?:[^\s()=,]+ (?:\w+=\w+ )?)?pid=(?P<raypid>\d+)(?:, ip=(?P<rayip>[^\s()]+))?\) ?"
-    r"|(?P<label>\d{1,5}): (?=\S)"
+    r"|(?P<label>\d{1,5}): (?=\s*\S)"
+    r"|(?P<stamp>\[?\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?\]? \| )"
     r"|(?P<host>[a-z][\w.-]*?\d[\w.-]*): (?=\S))")
 _NOT_HOSTS = ("rank", "step", "epoch", "iter", "batch", "layer", "loss", "cuda", "gpu")
 # "[Rank 0] Watchdog ..."  "[PG ID 2 PG GUID 9 Rank 7] ..."  "[PG 0 (default_pg) Rank 1] ..."
@@ -130,6 +132,8 @@ def _peel(line: _Line) -> None:
         elif m.group("label"):
             if line.local_rank is None:
                 line.local_rank = int(m.group("label"))
+        elif m.group("stamp"):
+            line.time, line.year = _parse_time(m.group("stamp"), 2000)
         elif m.group("host").lower().startswith(_NOT_HOSTS):
             return
         else:
@@ -157,9 +161,10 @@ def parse_line(n: int, raw: str, year: int = 2000) -> _Line:
         m = _NCCL_PREFIX.match(body, stamp.end()) if stamp else None
     if m:
         line.host, line.pid = line.host or m.group("host"), int(m.group("pid"))
-        line.time, line.year = _parse_time(body[:m.start()], year) if m.start() else (None, None)
+        if m.start():
+            line.time, line.year = _parse_time(body[:m.start()], year)
         return line  # NCCL's rank comes from its init lines, in the post-pass
-    if ":" in body[:_ANY_TIME_WINDOW]:
+    if line.time is None and ":" in body[:_ANY_TIME_WINDOW]:
         line.time, line.year = _parse_time(body, year)
     if line.rank is None and "Rank " in body:
         m = _RANK_BRACKET.search(body)

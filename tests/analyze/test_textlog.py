@@ -858,3 +858,13 @@ def test_ranks_torch_blames_and_store_barrier_and_activity() -> None:
     assert "nan_loss" in kinds(
         "Current loss scale already at minimum - cannot decrease scale anymore."
     )
+
+
+def test_a_label_before_indentation_and_a_loggers_stamp_are_peeled() -> None:
+    # a stack dump's frames under srun -l keep their indentation after the label; a
+    # logger's "date time | " stamp goes, its time kept
+    framed = parse_line(1, '5:   File "/srv/train.py", line 12 in step')
+    assert framed.local_rank == 5 and framed.body == '  File "/srv/train.py", line 12 in step'
+    stamped = parse_line(2, "2026-01-15 06:21:54 | node7:811:902 [0] NCCL WARN x")
+    assert stamped.body.startswith("node7:811:902") and stamped.pid == 811
+    assert stamped.time is not None
