@@ -253,9 +253,17 @@ def _int_or_text(value: str):
 
 @functools.lru_cache(maxsize=1)
 def entries() -> tuple[Signature, ...]:
-    """Every template that has knowledge and can match alone, as catalog entries."""
-    return tuple(s for s in map(signature, templates()) if s is not None)
+    """Every template that has knowledge and can match alone, as catalog entries; one per
+    distinct message (releases print the same text at other lines: one finding, not two)."""
+    seen, out = set(), []
+    for t in templates():
+        sig = signature(t) if (t.emitter, t.format) not in seen else None
+        if sig is not None:
+            seen.add((t.emitter, t.format))
+            out.append(sig)
+    return tuple(out)
 
 
+@functools.lru_cache(maxsize=1)
 def by_id() -> dict[str, Template]:
     return {t.id: t for t in templates()}

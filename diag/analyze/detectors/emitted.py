@@ -35,19 +35,26 @@ def detect_text(inputs) -> list[Finding]:
     lines: dict[str, list[Signal]] = defaultdict(list)
     for sig in index(inputs).of("emitted"):
         lines[sig.fields["template"]].append(sig)
-    out = []
+    out, said = [], set()
     for tid, signals in lines.items():
         template = known.get(tid)
-        if template is not None and template.implies is not None:
-            out.append(finding(template, signals))
+        if template is None or template.implies is None:
+            continue
+        found = finding(template, signals)
+        # two releases' wordings of one message may both match a line: one finding
+        key = (found.category, found.title, found.evidence)
+        if key not in said:
+            said.add(key)
+            out.append(found)
     return out
 
 
 def finding(t: Template, signals: list[Signal]) -> Finding:
     implies = t.implies
     ranks, hosts, var = culprit(t, signals)
-    title = render_title(t.title, signals[0].fields.get("values", {}))
-    return make(implies.category, title, implies.fix, DETECTOR, implies.confidence, signals,
+    values = signals[0].fields.get("values", {})
+    title, fix = render_title(t.title, values), render_title(implies.fix, values)
+    return make(implies.category, title, fix, DETECTOR, implies.confidence, signals,
                 ranks=ranks, hosts=hosts, env_var=var,
                 severity=_SEVERITY.get(t.role, Severity.WARN), root_cause=t.role in _ROOT_ROLES,
                 details={"template": t.id, "role": t.role, "source": f"{t.file}:{t.line}",
@@ -86,7 +93,7 @@ def _host(value) -> str:
 
 
 def render_title(title: str, fields: dict) -> str:
-    """The title with ``{field}`` replaced by what the line printed (cut, one line)."""
+    """A title or fix with ``{field}`` replaced by what the line printed (cut, one line)."""
     def value(m: re.Match) -> str:
         found = fields.get(m.group(1))
         text = " ".join(str(found).split()) if found not in (None, "") else "?"
