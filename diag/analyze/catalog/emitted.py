@@ -227,8 +227,6 @@ def _source(t: Template) -> Source:
     return Source(repo, t.file, t.function or "?", note)
 
 
-_NUMERIC = "diouxX"
-
 
 def _fields(t: Template, compiled: fmt.Compiled) -> dict:
     """Field name -> reader of its group, for the named placeholders of the matched piece."""

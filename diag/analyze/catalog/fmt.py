@@ -3,9 +3,11 @@ that prints it (printf's ``%d``, fmt's ``{}``, a value streamed into a C++ ``<<`
 f-string, written ``<X>`` in the inventory), never written by hand.
 
 Literals are escaped and their whitespace runs made flexible; each placeholder becomes a
-group typed by its conversion (``%d`` digits, ``%lx`` hex, ``%s`` any text, lazily, except
-at the end of the message where it takes the rest of the line). The needle, the longest run
-of literal text without whitespace, is what the engine's prefilter looks for.
+group typed by its conversion (``%d`` digits, ``%lx`` hex; ``%s`` text: the rest of the line
+when last, one token when first, otherwise up to the next literal, bounded and possessive so
+a crafted line cannot make groups backtrack into each other). The engine's prefilter looks
+for a whole literal word of the message (``whole_word``), else for the needle, the longest
+run of literal text without whitespace.
 """
 
 from __future__ import annotations
