@@ -213,21 +213,29 @@ NCCL_INFO_WORDS = re.compile(
     r"set to|NCCL_\w+|using|reset|skip|not found|no .*found|missing|recover|unexpected|too |wrong|discard", re.I)
 
 
+def calls(raw: str, pattern: re.Pattern) -> Iterator[tuple[re.Match, list[str], int, str]]:
+    """(match, arguments, line, enclosing function) of each call of ``pattern`` (which ends
+    at the call's open parenthesis) in one C/C++ file, comments blanked; a macro's own
+    ``#define`` and a call whose arguments do not parse are left out."""
+    text, lines = blank_comments(raw), raw.split("\n")
+    heads = function_heads(lines)
+    for m in pattern.finditer(text):
+        got = call_args(text, m.end() - 1)
+        first = text[text.rfind("\n", 0, m.start()) + 1:m.start()].lstrip()
+        if got and not first.startswith("#define"):
+            n = line_of(text, m.start())
+            yield m, got[0], n, c_function(heads, lines, n - 1)
+
+
 def nccl_templates(src: dict[str, str]) -> Iterator[Row]:
     """WARN/INFO templates and error strings of one NCCL tree (``{path: text}``)."""
     for path, raw in sorted(src.items()):
-        text, lines = blank_comments(raw), raw.split("\n")
-        heads = function_heads(lines)
-        for m in _NCCL_CALL.finditer(text):
-            got = call_args(text, m.end() - 1)
-            first = text[text.rfind("\n", 0, m.start()) + 1:m.start()].lstrip()
-            if not got or first.startswith("#define"):
-                continue
-            args, skip = got[0], 0 if m.group(1) == "WARN" else 1
+        for m, args, n, function in calls(raw, _NCCL_CALL):
+            skip = 0 if m.group(1) == "WARN" else 1
             fmt = (literal(args[skip]) or "").strip() if len(args) > skip else ""
             if fmt:
-                n = line_of(text, m.start())
-                yield Row("nccl", path, n, c_function(heads, lines, n - 1), m.group(1)[:4], fmt)
+                yield Row("nccl", path, n, function, m.group(1)[:4], fmt)
+        text = blank_comments(raw)
         for m in _NCCL_ERRSTR.finditer(text):
             if m.group(1) not in ("ncclSuccess",) and "ncclGetErrorString" in raw:
                 n = line_of(text, m.start())
@@ -371,17 +379,12 @@ _GLOO_CALL = re.compile(
 def gloo_rows(tree: dict[str, str]) -> Iterator[Row]:
     """GLOO_ENFORCE*/GLOO_ERROR*/GLOO_INFO/GLOO_THROW*/``throw std::x(...)`` messages."""
     for path, raw in sorted(tree.items()):
-        text, lines = blank_comments(raw), raw.split("\n")
-        heads = function_heads(lines)
-        for m in _GLOO_CALL.finditer(text):
-            got = call_args(text, m.end() - 1)
-            first = text[text.rfind("\n", 0, m.start()) + 1:m.start()].lstrip()
-            if not got or first.startswith("#define") or got[0][:1] == ["..."]:
+        for m, args, n, function in calls(raw, _GLOO_CALL):
+            if args[:1] == ["..."]:
                 continue
-            level, tpl = gloo_template(m.group(1), got[0])
+            level, tpl = gloo_template(m.group(1), args)
             if tpl and re.search(r"[A-Za-z]{2,}", tpl.replace("[enforce fail at gloo/<FILE>] <X> vs <X>.", "")):
-                n = line_of(text, m.start())
-                yield Row("gloo", path, n, c_function(heads, lines, n - 1), level, tpl, int(level != "INFO"))
+                yield Row("gloo", path, n, function, level, tpl, int(level != "INFO"))
 
 
 def gloo_template(macro: str, args: list[str]) -> tuple[str, str]:
