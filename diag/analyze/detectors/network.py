@@ -269,7 +269,7 @@ def _bridge_socket(idx: SignalIndex) -> list[Finding]:
     own: with NCCL_SOCKET_IFNAME unset it stripes inter-node traffic over all of them, and
     the other node cannot reach a bridge that exists only on this one. On one node the
     transport carries nothing between nodes, so it is no finding there."""
-    if single_node(idx):
+    if _one_node(idx):
         return []
     sigs = [s for s in idx.of("nccl_net") if s.fields.get("transport") == "Socket"
             and any(str(name).startswith(_BRIDGES) for name, _ in s.fields.get("ifaces") or ())]
@@ -299,12 +299,6 @@ def _mpi_wrong_peer(idx: SignalIndex) -> list[Finding]:
              "process identifier): it uses an interface the hosts do not share")
     return [make(_MPI_WRONG_PEER.category, title, _MPI_WRONG_PEER.fix, DETECTOR,
                  _MPI_WRONG_PEER.confidence, sigs, hosts=_hosts(sigs))]
-
-
-def single_node(idx: SignalIndex) -> bool:
-    """The log states one node (NCCL's nNodes, torchrun's nnodes)."""
-    counts = {s.fields.get("n") for s in idx.of("nnodes")}
-    return counts == {1}
 
 
 def _bootstrap_failures(idx: SignalIndex) -> list[Signal]:
