@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import enum
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 
 from diag.analyze import unexplained
 from diag.analyze.detectors import emitted
 from diag.analyze.inputs import Inputs, Limits, load
 from diag.analyze.runs import Run, one_job, refusal, runs_of
+from diag.analyze.select import select
 from diag.verdict import Category, Finding, Severity
 from diag.format.events import Problem
 from diag.format.ranks import first_ranks, missing_ranges
@@ -72,25 +73,6 @@ class Analysis:
         }
 
 
-def rank_findings(findings: list[Finding]) -> list[Finding]:
-    """Root causes before their symptoms; then the worst, the surest, the earliest."""
-    far_future = float("inf")
-    return sorted(findings, key=lambda f: (not f.root_cause, -f.severity, -f.confidence,
-                                           f.first_seen if f.first_seen else far_future))
-
-
-def after_mismatch(findings: list[Finding]) -> list[Finding]:
-    """Once ranks disagree on a collective (its op or its sizes), the group is broken:
-    gloo reads past the buffer or waits forever, so every hang after it follows from it.
-    The hangs are kept as symptoms."""
-    broken = any(f.root_cause and f.severity >= Severity.CRITICAL and f.category in (
-        Category.SHAPE_MISMATCH, Category.COLLECTIVE_MISMATCH) for f in findings)
-    if not broken:
-        return findings
-    return [replace(f, root_cause=False) if f.root_cause and f.category in (
-        Category.RANK_HANG, Category.TIMEOUT_TOO_SHORT) else f for f in findings]
-
-
 def run_detectors(inputs: Inputs) -> tuple[list[Finding], list[str]]:
     from diag.analyze.detectors import DETECTORS
 
@@ -130,13 +112,14 @@ def analyze(path, limits: Limits = Limits(), progress=None) -> Analysis:
         findings, errors = run_detectors(inputs)
         findings = emitted.prune(findings)
         findings += unexplained.detect(inputs, findings)
+        problem = any(f.severity > Severity.INFO for f in findings)
         outcome = Outcome.DETECTOR_FAILED if errors else \
-            Outcome.FINDINGS if findings else Outcome.CLEAN
+            Outcome.FINDINGS if problem else Outcome.CLEAN
     missing = missing_ranks(inputs) if outcome is not Outcome.MIXED_RUNS else []
     sources = sources_of(inputs)
     if limits.window is not None:
         sources["window"] = str(limits.window)
-    return Analysis(str(path), rank_findings(after_mismatch(findings)), inputs.problems,
+    return Analysis(str(path), select(findings), inputs.problems,
                     sources, first_ranks(missing), time.monotonic() - start,
                     errors, inputs, missing, runs, outcome, why)
 

@@ -2,8 +2,8 @@
 NCCL versions' wordings, other launcher prefixes, interleaved ranks, and the reasoning
 rules of the text-log detectors. None of this text comes from the corpus.
 
-``expected.json``: ``category`` (null: nothing above INFO may be reported as a root
-cause), ``culprit_rank`` (null: not checked) and optionally ``culprit_env_var``.
+``expected.json``: ``category`` (null: a healthy log, nothing above INFO may be reported
+and the exit code is 0; otherwise exactly one root cause above INFO), ``culprit_rank`` (null: not checked) and optionally ``culprit_env_var``.
 """
 
 from __future__ import annotations
@@ -51,11 +51,13 @@ def test_case(case: Path) -> None:
         (f.category.value, f.culprit.ranks, f.confidence, f.root_cause, f.title)
         for f in result.findings[:4]
     ]
+    above_info = [f for f in result.findings if f.severity > Severity.INFO]
     if expected["category"] is None:
-        assert not [f for f in result.findings if f.root_cause and f.severity > Severity.INFO], (
-            summary
-        )
+        # healthy stays quiet: no root cause and no symptom above info, so exit 0
+        assert not above_info and result.outcome.exit_code == 0, summary
         return
+    # one incident, one root cause: the rest above info are its symptoms
+    assert [f.root_cause for f in above_info].count(True) == 1, summary
     assert result.findings, "no findings"
     top = result.findings[0]
     assert top.root_cause, summary
@@ -65,3 +67,11 @@ def test_case(case: Path) -> None:
     if expected.get("culprit_env_var"):
         assert top.culprit.env_var == expected["culprit_env_var"], summary
     assert top.evidence and all(e.line for e in top.evidence), "evidence must quote file:line"
+
+
+def test_untagged_work_names_no_rank_when_rank_0_waits() -> None:
+    # rank-0-first work is rank 0's only while rank 0 is not among the ranks that wait
+    top = analyze(CASES / "rank0_alone_times_out_untagged_index_build" / "log.txt").findings[0]
+    assert top.category is Category.TIMEOUT_TOO_SHORT and top.culprit.ranks == ()
+    named = analyze(CASES / "rank1_alone_times_out_untagged_index_build" / "log.txt").findings[0]
+    assert named.culprit.ranks == (0,) and "rank 0, which prints the work" in named.title

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from diag.analyze import analyze
+from diag.verdict import Severity
 
 CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus"
 
@@ -22,9 +23,6 @@ CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus"
 # corpus that ddiag misses goes here with its miss until a rule that generalizes explains it.
 # These are of the 15 cases added in December 2026 (scored before anyone looked: 4/15).
 KNOWN_MISSES: dict[str, str] = {
-    "colbert-kmeans-clustering-longer-than-10min-timeout":
-        "timeout_too_short, no rank: only rank 1's watchdog is in the log; naming the busy "
-        "rank 0 needs the 'legitimately busy rank' principle (issue 29)",
     "horovod-duplicate-hostname-nccl-p2p-ipc-between-machines":
         "no finding: two NCCL INFO 'via P2P/IPC' lines; nothing in them says the ranks are on "
         "two machines",
@@ -50,7 +48,8 @@ KNOWN_MISSES: dict[str, str] = {
 }
 
 
-def _cases() -> list:
+def _cases(misses: bool = True) -> list:
+    """Every case folder; with ``misses``, the known misses marked as such."""
     if not CORPUS.is_dir():
         return [
             pytest.param(
@@ -67,7 +66,8 @@ def _cases() -> list:
         return [
             pytest.param(None, marks=pytest.mark.skip(reason=f"{CORPUS} holds no case folders"))
         ]
-    return [pytest.param(case, id=case.name, marks=_miss_mark(case.name)) for case in cases]
+    return [pytest.param(case, id=case.name, marks=_miss_mark(case.name) if misses else ())
+            for case in cases]
 
 
 def _miss_mark(name: str) -> tuple:
@@ -89,3 +89,13 @@ def test_top_finding_matches_truth(case: Path) -> None:
     if truth.get("culprit_rank") is not None:
         assert list(top.culprit.ranks) == [truth["culprit_rank"]], summary
     assert not result.detector_errors
+
+
+@pytest.mark.parametrize("case", _cases(misses=False))
+def test_one_incident_gives_one_root_cause(case: Path) -> None:
+    # a hit or a miss, an incident has one root cause; the rest above info are its symptoms
+    result = analyze(case / "log.txt")
+    roots = [f for f in result.findings if f.root_cause and f.severity > Severity.INFO]
+    assert len(roots) <= 1, [(f.category.value, f.title) for f in roots]
+    above_info = [f for f in result.findings if f.severity > Severity.INFO]
+    assert not above_info or roots == [result.findings[0]], [f.title for f in above_info]

@@ -41,9 +41,19 @@ def _ifaces(m: re.Match) -> list[tuple[str, str]]:
     return [(i.group("iface"), i.group("addr")) for i in _IFACE_ITEM.finditer(m.group("rest"))]
 
 
+def _devices(m: re.Match) -> int:
+    # 'NET/IB : Using%s %s; OOB ...': the first %s is the "[N]mlx5_0:1/IB" list, the
+    # second the "[RO]" flag alone, so "Using [RO]; OOB" (2.28) lists no device at all
+    return len(_DEVICE_ITEM.findall(m.group("rest") or ""))
+
+
+_DEVICE_ITEM = re.compile(r"\[\d+\]\S")
+
+
 def _net_interfaces(ex, line, m: re.Match) -> None:
     ifaces = _ifaces(m) if m.group("rest") else _listed_after(ex, line)
-    ex.emit("nccl_net", line, transport=m.group("transport"), ifaces=ifaces, oob=_oob(m))
+    ex.emit("nccl_net", line, transport=m.group("transport"), ifaces=ifaces, oob=_oob(m),
+            devices=_devices(m) if m.group("rest") else len(ifaces))
 
 
 def _listed_after(ex, line) -> list[tuple[str, str]]:
@@ -193,7 +203,8 @@ ENTRIES = (
         id="nccl.net_interfaces", signal="nccl_net", scope="nccl", oneof="net_using",
         prefilter=("Using", "NET/"),
         pattern=r"NET/(?P<transport>Socket|IB)\s*:\s*Using(?: (?P<rest>.*)|\s*$)",
-        fields={"transport": str, "ifaces": compute(_ifaces), "oob": compute(_oob)},
+        fields={"transport": str, "ifaces": compute(_ifaces), "oob": compute(_oob),
+                "devices": compute(_devices)},
         parse=_net_interfaces,
         source=Source(NCCL, "src/transport/net_socket.cc", "ncclNetSocketInit"),
         also=(Source(NCCL, "src/transport/net_ib/init.cc", "ncclIbInitDevices",
@@ -202,10 +213,13 @@ ENTRIES = (
         examples=(Example("n1:10:10 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.3<0> "
                           "[1]eth1:10.1.0.3<0>",
                           {"transport": "Socket", "oob": None,
-                           "ifaces": [("eth0", "10.0.0.3"), ("eth1", "10.1.0.3")]}),
+                           "ifaces": [("eth0", "10.0.0.3"), ("eth1", "10.1.0.3")],
+                           "devices": 2}),
                   Example("gpu-3:51:77 [2] NCCL INFO NET/IB : Using [0]mlx5_2:1/IB [1]mlx5_3:1"
                           "/IB [RO]; OOB ib1:172.16.9.3<0>",
-                          {"transport": "IB", "oob": ("ib1", "172.16.9.3")})),
+                          {"transport": "IB", "oob": ("ib1", "172.16.9.3"), "devices": 2}),
+                  Example("vm:850:850 [0] NCCL INFO NET/IB : Using [RO]; OOB eth0:192.0.2.2<0>",
+                          {"transport": "IB", "oob": ("eth0", "192.0.2.2"), "devices": 0})),
         near_misses=("n1:10:10 [0] NCCL INFO NET/Plugin : Using [0]x",)),
     Signature(
         id="nccl.channel_via_net", signal="nccl_channel_net", scope="nccl", once_per_process=True,

@@ -623,9 +623,21 @@ def _early_small_sync(idx, waits, victims, world) -> Verdict | None:
     if sync is None or (len(victims) > 1 and world and victims >= set(range(world))):
         return None  # every rank waits in it: none was off doing work of its own
     busy = _busy_progress(idx, victims) or idx.of("activity")[-2:]
+    culprits = _printing_rank(busy, victims)
+    who = f"; rank {culprits[0]}, which prints the work, did not arrive" if culprits else ""
     reason = (f"{fmt_ranks(victims) if victims else 'the ranks'} timed out in {sync}, with "
-              "no rank reported failing or running another collective")
-    return Verdict(Category.TIMEOUT_TOO_SHORT, (), 0.75 if busy else 0.55, reason, busy[-3:])
+              f"no rank reported failing or running another collective{who}")
+    return Verdict(Category.TIMEOUT_TOO_SHORT, culprits, 0.75 if busy else 0.55, reason,
+                   busy[-3:])
+
+
+def _printing_rank(busy: list[Signal], victims: set) -> tuple[int, ...]:
+    """Rank 0 when the busy lines carry no rank and the ranks that timed out are others:
+    rank-0-first work (tokenizing, clustering, evaluation, saving) is printed the way
+    training scripts print, by rank 0 alone, and rank 0 is the one not waiting."""
+    if not busy or not victims or 0 in victims or any(s.rank is not None for s in busy):
+        return ()
+    return (0,)
 
 
 def _early_default_sync(waits: list[Wait], world: int | None) -> str | None:

@@ -410,9 +410,13 @@ def _one_node(idx: SignalIndex) -> bool:
 
 
 def _slow_link(idx: SignalIndex) -> list[Finding]:
+    if _one_node(idx):  # one node: NCCL needs no network, so its transport is no finding
+        return []
     no_ib = idx.of("nccl_ib_no_device")
     sockets = [s for s in idx.of("nccl_net") if s.fields.get("transport") == "Socket"]
-    ib_hosts = {s.host for s in idx.of("nccl_net") if s.fields.get("transport") == "IB"}
+    # an IB transport that lists no device ("NET/IB : Using [RO]; OOB ...") uses no IB
+    ib_hosts = {s.host for s in idx.of("nccl_net") if s.fields.get("transport") == "IB"
+                and s.fields.get("devices") != 0}
     ib_env = env_values(idx, "NCCL_IB_DISABLE")
     wants_ib = [s for s in ib_env if s.fields.get("value") in ("0", "false")]
     disabled = [s for s in ib_env if s.fields.get("value") in ("1", "true")]
