@@ -75,3 +75,15 @@ def test_untagged_work_names_no_rank_when_rank_0_waits() -> None:
     assert top.category is Category.TIMEOUT_TOO_SHORT and top.culprit.ranks == ()
     named = analyze(CASES / "rank1_alone_times_out_untagged_index_build" / "log.txt").findings[0]
     assert named.culprit.ranks == (0,) and "rank 0, which prints the work" in named.title
+
+
+def test_two_ranks_on_one_gpu_is_one_cause_with_no_network_or_hang_symptom() -> None:
+    # real NCCL 2.28.9 text: both ranks on one host (torchrun's "host : localhost" is that
+    # host), NCCL refused at init. Nothing timed out and no network was needed, so no
+    # symptom may say a rank hung or IB is missing.
+    result = analyze(CASES / "h200_nccl2289_duplicate_gpu" / "log.txt")
+    above_info = [f for f in result.findings if f.severity > Severity.INFO]
+    assert above_info[0].category is Category.ENV_MISCONFIG and above_info[0].root_cause
+    assert not {f.category for f in above_info} & {Category.RANK_HANG, Category.SLOW_LINK}
+    assert all(f.details["symptom_of"].startswith("env_misconfig: ") for f in above_info[1:])
+    assert not [f for f in above_info if "no detail" in f.title]

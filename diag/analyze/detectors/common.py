@@ -156,7 +156,9 @@ def _agent_local_world(idx: SignalIndex) -> int | None:
 
 
 def hosts_seen(idx: SignalIndex) -> set[str]:
-    return {s.host for s in idx.signals if s.host}
+    # "localhost" (torchrun's failure summary on a one-node job) is the machine that
+    # printed it, whatever its name: it is no second host
+    return {s.host for s in idx.signals if s.host and not is_loopback(s.host)}
 
 
 def multi_node(idx: SignalIndex) -> bool:

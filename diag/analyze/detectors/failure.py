@@ -571,9 +571,14 @@ def _unexplained(idx: SignalIndex) -> list[Finding]:
     codes = idx.of("nccl_error")
     if not codes:
         return []
-    fix = ("Rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV: the WARN line before the "
-           "error names the cause.")
-    title = f"NCCL {codes[0].fields.get('code')} error with no detail in the log"
+    code = codes[0].fields.get('code')
+    if idx.has("nccl_warn"):  # the detail is there: a WARN no rule or template explains
+        title = f"NCCL {code} error; the NCCL WARN line before it says why"
+        fix = "Read the NCCL WARN line quoted before the error: it names the cause."
+    else:
+        title = f"NCCL {code} error with no detail in the log"
+        fix = ("Rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV: the WARN line "
+               "before the error names the cause.")
     return [make(Category.OTHER, title, fix, DETECTOR, 0.3, codes, severity=Severity.WARN,
                  details=GENERIC)]
 

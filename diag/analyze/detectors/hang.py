@@ -259,6 +259,7 @@ _CONTROL_FRAMES = frozenset({"barrier", "monitored_barrier", "broadcast_object_l
                              "all_gather_object", "gather_object", "scatter_object_list",
                              "new_group", "_store_based_barrier"})
 _TRAINING_WORDS = ("epoch", "train", "fit", "iteration", "step", "batch")
+_LOCAL_NCCL_ERRORS = ("invalid usage", "invalid argument", "unhandled cuda error")
 _TIMEOUT_WORDS = ("timed out", "Timed out", "Timeout", "Watchdog", "watchdog", "gloo/transport")
 _NAMING_KINDS = ("monitored_barrier_failed", "desync_report", "fr_missing_ranks", "blamed_rank",
                  "watchdog_status", "nccl_ras")
@@ -333,6 +334,10 @@ def _collective_exception(s: Signal) -> bool:
     # a rank that cannot connect to the store never got as far as a collective
     text = s.fields.get("message", "")
     if "connect" in text or "rendezvous" in text.lower() or "store based barrier" in text:
+        return False
+    # NCCL refused or failed the call on this rank itself (ncclGetErrorString's local
+    # codes): the rank failed, it did not wait for another
+    if any(code in text for code in _LOCAL_NCCL_ERRORS):
         return False
     return bool(s.fields.get("in_collective")) or any(w in text for w in _TIMEOUT_WORDS)
 

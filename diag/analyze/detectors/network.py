@@ -402,7 +402,21 @@ def _one_node(idx: SignalIndex) -> bool:
     """Whether the logs say the job runs on one node (a stated node count of 1, NCCL's
     nNodes 1), as opposed to saying nothing."""
     counts = {s.fields.get("n") for s in idx.of("nnodes")}
-    return counts == {1} and not multi_node(idx)
+    if multi_node(idx):
+        return False
+    return counts == {1} or _every_rank_on_one_host(idx)
+
+
+def _every_rank_on_one_host(idx: SignalIndex) -> bool:
+    """NCCL's init line of every rank of the communicator ("rank R nranks N"), all from one
+    host: the job is on one node even where it failed before printing nNodes."""
+    inits = idx.of("nccl_init")
+    sizes = {s.fields.get("nranks") for s in inits}
+    hosts = {s.host for s in inits}
+    if len(sizes) != 1 or len(hosts) != 1 or None in hosts:
+        return False
+    n = sizes.pop()
+    return bool(n) and {s.rank for s in inits} == set(range(n))
 
 
 # ---------------------------------------------------------------------------------------
