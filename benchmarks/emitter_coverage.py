@@ -36,29 +36,10 @@ COVERAGE_BEGIN = "<!-- emitter-coverage: written by benchmarks/emitter_coverage.
 EMITTER_FLOOR = 0.75
 STATUSES = ("specific", "fallback", "none")
 
-# subsystem of a template, by the first prefix of its file that matches
-SUBSYSTEMS = (
-    ("src/bootstrap", "bootstrap"), ("src/misc/socket", "socket"), ("src/os/", "socket"),
-    ("src/transport/net", "IB/net"), ("src/misc/ibv", "IB/net"), ("src/plugin/net", "IB/net"),
-    ("src/transport/coll_net", "IB/net"), ("src/transport/shm", "shm"),
-    ("src/misc/shm", "shm"), ("src/transport/p2p", "p2p/NVLink"), ("src/transport/nvls", "p2p/NVLink"),
-    ("src/init", "init"), ("src/graph", "topology"), ("src/proxy", "proxy"),
-    ("src/enqueue", "enqueue"), ("src/", "NCCL other"),
-    ("torch/csrc/distributed/c10d/ProcessGroupNCCL", "ProcessGroupNCCL"),
-    ("torch/csrc/distributed/c10d/NCCLUtils", "ProcessGroupNCCL"),
-    ("torch/csrc/distributed/c10d/TCPStore", "TCPStore"),
-    ("torch/csrc/distributed/c10d/socket", "TCPStore"),
-    ("torch/csrc/distributed/c10d/reducer", "reducer"),
-    ("torch/nn/parallel", "reducer"),
-    ("torch/csrc/distributed/c10d/ProcessGroupGloo", "ProcessGroupGloo"),
-    ("torch/csrc/distributed/c10d/", "c10d other"), ("torch/distributed/elastic", "elastic"),
-    ("torch/distributed/run", "elastic"), ("torch/distributed/", "torch.distributed"),
-    ("gloo/", "gloo"), ("c10/cuda", "CUDA"), ("nvidia-cuda", "CUDA"))
-
-
 def subsystem(row: dict) -> str:
-    return next((name for prefix, name in SUBSYSTEMS if row["file"].startswith(prefix)),
-                row["emitter"])
+    from diag.analyze.catalog import emitted  # the table the settings principle uses too
+
+    return emitted.subsystem(row["file"], row["emitter"])
 
 
 def classify(line: str, folder: Path) -> tuple[str, str, str]:

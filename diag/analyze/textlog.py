@@ -610,6 +610,27 @@ _ENV_ASSIGN = re.compile(r"^(?:export\s+)?(?P<var>(?:NCCL|GLOO|TORCH|MASTER|CUDA
 _CLI_MASTER = re.compile(r"--master[_-](?P<what>addr|port)[= ](?P<value>[^\s'\"]+)")
 
 
+# a shell's trace or prompt before a command: "+ export X=1" (bash -x), "$ X=1 torchrun"
+_PROMPT = re.compile(r"^(?:\++|\$|#|>)\s+")
+# on a command line: "mpirun -x NCCL_IB_HCA=mlx5_0", "docker run -e NCCL_DEBUG=INFO",
+# "srun --export=ALL,NCCL_SOCKET_IFNAME=eth0", "env NCCL_P2P_DISABLE=1 python ..."
+_ENV_ON_COMMAND = re.compile(r"(?:^|[\s,=])(?P<var>(?:NCCL|GLOO|TORCH|MASTER|CUDA|NVIDIA|UCX|FI)"
+                             r"_[A-Z0-9_]+)=['\"]?(?P<value>[^'\"\s,]*)")
+_COMMANDS = ("mpirun", "srun", "torchrun", "docker", "python", "deepspeed", "accelerate",
+             "env ", " -x ", "--env", "--export")
+
+
+def _env_family(ex: Extractor, line: _Line, body: str) -> None:
+    text = _PROMPT.sub("", body.strip(), count=1)
+    m = _ENV_ASSIGN.match(text)
+    if m and not any(c in text for c in _COMMANDS):
+        ex.emit("env", line, var=m.group("var"), value=m.group("value"), source="shell")
+        return
+    if any(c in text for c in _COMMANDS):
+        for m in _ENV_ON_COMMAND.finditer(text[:2000]):
+            ex.emit("env", line, var=m.group("var"), value=m.group("value"), source="command")
+
+
 def topology_family(ex: Extractor, line: _Line) -> None:
     body = line.body
     if ("orld" in body or "ORLD" in body) and (m := _WORLD.search(body)) \
@@ -617,8 +638,8 @@ def topology_family(ex: Extractor, line: _Line) -> None:
         ex.emit("world_size", line, n=int(m.group("n")), source="text")
     if ("nodes" in body or "NODES" in body) and (m := _NNODES.search(body)):
         ex.emit("nnodes", line, n=int(m.group("n")))
-    if "=" in body and (m := _ENV_ASSIGN.match(body.strip())):
-        ex.emit("env", line, var=m.group("var"), value=m.group("value"), source="shell")
+    if "=" in body:
+        _env_family(ex, line, body)
     if "--master" in body:
         for m in _CLI_MASTER.finditer(body):
             ex.emit("env", line, var="MASTER_" + m.group("what").upper(), value=m.group("value"),

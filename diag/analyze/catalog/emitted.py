@@ -46,6 +46,31 @@ CONFIDENCE = {"initiating": 0.6, "cascade": 0.4, "configuration": 0.35, "diagnos
               "teardown": 0.25, "progress": 0.2}
 
 
+# The subsystem of a template, by the first prefix of its file that matches: what a
+# setting governs (detectors/settings.py) and how coverage is broken down.
+SUBSYSTEMS = (
+    ("src/bootstrap", "bootstrap"), ("src/misc/socket", "socket"), ("src/os/", "socket"),
+    ("src/transport/net", "IB/net"), ("src/misc/ibv", "IB/net"), ("src/plugin/net", "IB/net"),
+    ("src/transport/coll_net", "IB/net"), ("src/transport/shm", "shm"),
+    ("src/misc/shm", "shm"), ("src/transport/p2p", "p2p/NVLink"), ("src/transport/nvls", "p2p/NVLink"),
+    ("src/init", "init"), ("src/graph", "topology"), ("src/proxy", "proxy"),
+    ("src/enqueue", "enqueue"), ("src/", "NCCL other"),
+    ("torch/csrc/distributed/c10d/ProcessGroupNCCL", "ProcessGroupNCCL"),
+    ("torch/csrc/distributed/c10d/NCCLUtils", "ProcessGroupNCCL"),
+    ("torch/csrc/distributed/c10d/TCPStore", "TCPStore"),
+    ("torch/csrc/distributed/c10d/socket", "TCPStore"),
+    ("torch/csrc/distributed/c10d/reducer", "reducer"),
+    ("torch/nn/parallel", "reducer"),
+    ("torch/csrc/distributed/c10d/ProcessGroupGloo", "ProcessGroupGloo"),
+    ("torch/csrc/distributed/c10d/", "c10d other"), ("torch/distributed/elastic", "elastic"),
+    ("torch/distributed/run", "elastic"), ("torch/distributed/", "torch.distributed"),
+    ("gloo/", "gloo"), ("c10/cuda", "CUDA"), ("nvidia-cuda", "CUDA"))
+
+
+def subsystem(file: str, emitter: str) -> str:
+    return next((name for prefix, name in SUBSYSTEMS if file.startswith(prefix)), emitter)
+
+
 @dataclass(frozen=True)
 class Template:
     """One message template and what it means (a knowledge row joined to the inventory)."""

@@ -12,13 +12,14 @@ over the signals parsed from text logs (diag/analyze/textlog.py), where it has t
     straggler  a rank consistently last at collectives
     network    peers that cannot reach each other, slow links
     config     the job's configuration and environment (addresses, ports, versions, check-env)
+    settings   a setting printed in the log and a failure in the subsystem it governs
     emitted    what a message the emitter templates know says happened (the generic rule)
 """
 
 from __future__ import annotations
 
 from diag.analyze.detectors import (config, emitted, failure, hang, mismatch, nan, network,
-                                    stacks, straggler)
+                                    settings, stacks, straggler)
 
 # In this order, findings that rank equal keep the order they have always had.
 DETECTORS: list = [
@@ -26,5 +27,5 @@ DETECTORS: list = [
     stacks.detect, config.detect_text, network.detect_text, mismatch.detect_text, hang.detect_text,
     stacks.detect_text,
     failure.detect_text, nan.detect_text, straggler.detect_text, config.detect,
-    emitted.detect_text,
+    settings.detect_text, emitted.detect_text,
 ]
