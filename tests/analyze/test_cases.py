@@ -87,3 +87,17 @@ def test_two_ranks_on_one_gpu_is_one_cause_with_no_network_or_hang_symptom() -> 
     assert not {f.category for f in above_info} & {Category.RANK_HANG, Category.SLOW_LINK}
     assert all(f.details["symptom_of"].startswith("env_misconfig: ") for f in above_info[1:])
     assert not [f for f in above_info if "no detail" in f.title]
+
+
+def test_one_dump_in_a_collective_names_no_rank_and_says_who_to_dump(tmp_path) -> None:
+    # the dumped process waits for a rank nobody dumped: no culprit, and a weak verdict
+    log = tmp_path / "rank2.txt"
+    log.write_text(
+        'Thread 7001 (idle): "MainThread"\n'
+        "    all_reduce (torch/distributed/distributed_c10d.py:2501)\n"
+        "    wrapper (torch/distributed/c10d_logger.py:83)\n"
+        "    train_step (train.py:88)\n"
+        "    <module> (train.py:140)\n")
+    top = analyze(log).findings[0]
+    assert top.category is Category.RANK_HANG and top.culprit.ranks == ()
+    assert top.confidence < 0.4 and "not dumped" in top.title and "Dump every rank" in top.fix

@@ -46,7 +46,7 @@ def detect_text(inputs) -> list[Finding]:
     stacks = _main_stacks(idx.of("thread_stack"))
     if not stacks or _kept_going(idx, stacks):
         return []
-    return _odd_one_out(stacks) or _parameter_gather(stacks)
+    return _odd_one_out(stacks) or _parameter_gather(stacks) or _lone_dump(stacks)
 
 
 def _kept_going(idx, stacks: dict[tuple, Signal]) -> bool:
@@ -139,6 +139,57 @@ def detect(inputs) -> list[Finding]:
             stacks.append(stack)
     found = stackgroups.odd_ones(stackgroups.group(stacks))
     return [found] if found else []
+
+
+# ---------------------------------------------------------------------------------------
+# One process dumped: someone pasted the stack of a job that hung
+
+
+# what a process stuck in each state is doing, for the title; and how sure that it is the
+# culprit: outside communication it is stuck on its own; in a collective it waits for a
+# rank nobody dumped
+_LONE = {"data": ("is stuck in data loading", 0.55), "io": ("is blocked in I/O", 0.5),
+         "compute": ("is busy in its own code", 0.45),
+         "backward": ("waits in backward (DDP/FSDP gradient communication)", 0.35),
+         "collective": ("waits in a collective for a rank that was not dumped", 0.35)}
+_FIX_LONE = {
+    "data": "The input pipeline is stuck: a DataLoader worker that hangs or died (shared "
+            "memory, a lock taken before fork, a blocking read in __getitem__). py-spy dump "
+            "the worker processes too (`py-spy dump --pid <pid> --subprocesses`), try "
+            "num_workers=0 to confirm, and give the DataLoader a timeout= so it raises.",
+    "io": "The rank waits on a file, a socket or a subprocess: check the filesystem or "
+          "service it reads (a stale NFS mount, an object store) and give the call a timeout.",
+    "compute": "The rank is in its own code, not waiting for the others: if it is "
+               "legitimately long work, do it before init_process_group or raise the "
+               "process-group timeout; if it loops, the quoted frame is where.",
+    "backward": "Dump every rank (`ddiag stacks --pid` or py-spy on each): the ranks that are "
+                "not in backward, or in another collective, are the ones the others wait for.",
+    "collective": "Dump every rank (`ddiag stacks --pid` or py-spy on each): the rank that is "
+                  "not in this collective is the one this process waits for.",
+}
+
+
+def _lone_dump(stacks: dict[tuple, Signal]) -> list[Finding]:
+    """One process's stack, pasted: the job hung. If its main thread is outside
+    communication it is the culprit, with the frame that shows what it does."""
+    if len(stacks) != 1:
+        return []
+    sig = next(iter(stacks.values()))
+    state, at = stackgroups.state_of(_stack(sig).frames)
+    what, confidence = _LONE[state]
+    where = f": {at.func} ({at.file}:{at.line})" if at else ""
+    caller = _user_caller(sig)
+    title = f"{_who([sig])} {what}{where}" + (f", called from {caller}" if caller else "")
+    category = Category.RANK_HANG
+    ranks = [sig.rank] if sig.rank is not None and state not in stackgroups.WAITING else []
+    return [_stack_finding(category, title, _FIX_LONE[state], confidence, [sig], [], ranks)]
+
+
+def _user_caller(sig: Signal) -> str | None:
+    """The innermost frame of the user's own code: where in the training script."""
+    frames = _stack(sig).frames
+    user = next((f for f in frames if f.user), None)
+    return f"{user.func} ({user.file}:{user.line})" if user else None
 
 
 # ---------------------------------------------------------------------------------------
