@@ -46,7 +46,7 @@ def detect_text(inputs) -> list[Finding]:
     stacks = _main_stacks(idx.of("thread_stack"))
     if not stacks or _kept_going(idx, stacks):
         return []
-    return _odd_one_out(stacks) or _parameter_gather(stacks) or _lone_dump(stacks)
+    return _odd_one_out(stacks) or _parameter_gather(stacks) or _lone_dump(idx, stacks)
 
 
 def _kept_going(idx, stacks: dict[tuple, Signal]) -> bool:
@@ -169,11 +169,11 @@ _FIX_LONE = {
 }
 
 
-def _lone_dump(stacks: dict[tuple, Signal]) -> list[Finding]:
+def _lone_dump(idx, stacks: dict[tuple, Signal]) -> list[Finding]:
     """One process's stack, pasted: the job hung. If its main thread is outside
     communication it is the culprit, with the frame that shows what it does."""
-    if len(stacks) != 1:
-        return []
+    if len(stacks) != 1 or idx.has("fatal_python_error"):
+        return []  # a crash's dump (faulthandler on a fatal signal) is no hang
     sig = next(iter(stacks.values()))
     state, at = stackgroups.state_of(_stack(sig).frames)
     what, confidence = _LONE[state]
