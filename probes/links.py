@@ -301,9 +301,9 @@ def nic_gbit_per_s() -> float | None:
     iface = (os.environ.get("GLOO_SOCKET_IFNAME") or os.environ.get("NCCL_SOCKET_IFNAME")
              or "").split(",")[0].lstrip("^=")
     if not iface and os.environ.get("MASTER_ADDR"):
-        from diag.checkenv.collect import route
+        from diag.checkenv.netfacts import interfaces, route
 
-        iface = route(os.environ["MASTER_ADDR"]).dev or ""
+        iface = route(os.environ["MASTER_ADDR"], interfaces()).dev or ""
     mbit = _ethtool_speed_mbit(iface) if iface else None
     return mbit / 1000 if mbit else None
 

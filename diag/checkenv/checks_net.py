@@ -28,6 +28,16 @@ def is_multi_node(facts: RankFacts) -> bool:
     return (nnodes(facts.env) or 1) > 1
 
 
+def one_node_note(facts: RankFacts, ifaces: tuple[Iface, ...]) -> str:
+    """Why loopback alone passes, when the launcher says the job has one node: every peer
+    is on this host. Not a pass for a named interface that is missing, nor for no usable
+    interface at all: NCCL's bootstrap and gloo fail on those on one node too ("Bootstrap :
+    no socket interface found" with NCCL_SOCKET_IFNAME=eth0 on a host without eth0)."""
+    if ifaces and all(i.loopback for i in ifaces) and nnodes(facts.env) == 1:
+        return " (loopback: enough on a single-node job, every peer is on this host)"
+    return ""
+
+
 def iface_list(ifaces: tuple[Iface, ...]) -> str:
     return ", ".join(sorted(i.name for i in ifaces)) or "none"
 
@@ -105,10 +115,11 @@ def check_gloo_ifname(facts: RankFacts) -> list[CheckResult]:
                 for p in [_gloo_iface_problem(facts, name.strip(), value)] if p]
     if problems:
         return problems
-    names = [n.strip() for n in value.split(",") if n.strip()]
-    addrs = [a for n in names for a in facts.iface(n).ips]
-    return [ok("net.gloo_ifname", f"GLOO_SOCKET_IFNAME={value}: up, {', '.join(addrs)}",
-               env_var="GLOO_SOCKET_IFNAME", category=Category.WRONG_INTERFACE)]
+    named = tuple(facts.iface(n.strip()) for n in value.split(",") if n.strip())
+    addrs = ", ".join(a for i in named for a in i.ips)
+    return [ok("net.gloo_ifname", f"GLOO_SOCKET_IFNAME={value}: up, {addrs}"
+               f"{one_node_note(facts, named)}", env_var="GLOO_SOCKET_IFNAME",
+               category=Category.WRONG_INTERFACE)]
 
 
 def _gloo_iface_problem(facts: RankFacts, name: str, value: str) -> CheckResult | None:
@@ -138,7 +149,8 @@ def _gloo_by_hostname(facts: RankFacts) -> CheckResult:
                     "peers on other nodes will be told to connect to it and hang",
                     fixes.hostname_loopback(facts.hostname, iface_list(facts.interfaces)),
                     env_var="GLOO_SOCKET_IFNAME", category=Category.WRONG_INTERFACE)
-    return ok("net.gloo_ifname", f"GLOO_SOCKET_IFNAME unset: {via}",
+    note = one_node_note(facts, (iface,) if iface else ())
+    return ok("net.gloo_ifname", f"GLOO_SOCKET_IFNAME unset: {via}{note}",
               env_var="GLOO_SOCKET_IFNAME", category=Category.WRONG_INTERFACE)
 
 
@@ -166,8 +178,8 @@ def check_nccl_ifname(facts: RankFacts) -> list[CheckResult]:
         return [fail("net.nccl_ifname", f"{shown}: NCCL would use loopback only on a "
                      f"multi-node job {ifaces}", fixes.loopback_iface(var), env_var=var,
                      category=Category.WRONG_INTERFACE)]
-    return [ok("net.nccl_ifname", f"{shown}: NCCL uses {iface_list(up)}", env_var=var,
-               category=Category.WRONG_INTERFACE)]
+    return [ok("net.nccl_ifname", f"{shown}: NCCL uses {iface_list(up)}"
+               f"{one_node_note(facts, up)}", env_var=var, category=Category.WRONG_INTERFACE)]
 
 
 CHECKS = (check_gloo_ifname, check_nccl_ifname)

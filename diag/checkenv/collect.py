@@ -1,4 +1,5 @@
-"""Collect one rank's facts from the machine: the only module of check-env that reads it.
+"""Collect one rank's facts from the machine: with ``netfacts`` (interfaces and routes),
+the only module of check-env that reads it.
 
 Every probe is bounded in time (a name lookup or a connect can hang for minutes on a
 broken network) and never raises: what could not be read is recorded as such.
@@ -9,12 +10,10 @@ from __future__ import annotations
 import concurrent.futures
 import ctypes
 import errno
-import json
 import os
 import platform
 import resource
 import socket
-import subprocess
 import time
 from typing import Callable, Mapping, TypeVar
 
@@ -23,6 +22,7 @@ from diag.checkenv.catalog import in_family
 from diag.checkenv.facts import (
     UNLIMITED, Iface, Limits, PortProbe, RankFacts, Resolution, Route, Versions,
 )
+from diag.checkenv.netfacts import interfaces, route
 
 T = TypeVar("T")
 LOOKUP_TIMEOUT_S = 3.0
@@ -40,66 +40,12 @@ def bounded(fn: Callable[[], T], seconds: float, on_timeout: T) -> T:
         pool.shutdown(wait=False)
 
 
-def parse_ip_addr(text: str) -> tuple[Iface, ...]:
-    """Interfaces from ``ip -j addr show``."""
-    out = []
-    for link in json.loads(text or "[]"):
-        flags = set(link.get("flags", ()))
-        addrs = tuple(f"{a['local']}/{a.get('prefixlen', 32)}" for a in link.get("addr_info", ())
-                      if a.get("family") in ("inet", "inet6") and a.get("local"))
-        out.append(Iface(name=link["ifname"], up="UP" in flags and "LOWER_UP" in flags,
-                         addrs=addrs, mtu=int(link.get("mtu", 0)), loopback="LOOPBACK" in flags))
-    return tuple(out)
-
-
-def parse_route(dst: str, text: str, returncode: int) -> Route:
-    """``ip -j route get DST``; an error (network unreachable) comes back on stderr."""
-    if returncode != 0:
-        return Route(dst, error=text.strip() or f"ip route get exited {returncode}")
-    routes = json.loads(text or "[]")
-    if not routes:
-        return Route(dst, error="no route")
-    r = routes[0]
-    return Route(dst, dev=r.get("dev"), src=r.get("prefsrc"), local=r.get("type") == "local")
-
-
-def _ip(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["ip", "-j", *args], capture_output=True, text=True, timeout=5)
-
-
-def interfaces() -> tuple[Iface, ...]:
-    try:
-        res = _ip("addr", "show")
-        return parse_ip_addr(res.stdout) if res.returncode == 0 else _sysfs_interfaces()
-    except (OSError, subprocess.SubprocessError, ValueError):
-        return _sysfs_interfaces()
-
-
-def _sysfs_interfaces() -> tuple[Iface, ...]:
-    """Names and state only, for machines without iproute2."""
-    out = []
-    for _, name in socket.if_nameindex():
-        base = f"/sys/class/net/{name}"
-        state = _read(f"{base}/operstate").strip()
-        out.append(Iface(name, up=state in ("up", "unknown"), mtu=int(_read(f"{base}/mtu") or 0),
-                         loopback=name == "lo"))
-    return tuple(out)
-
-
 def _read(path: str) -> str:
     try:
         with open(path) as fh:
             return fh.read()
     except OSError:
         return ""
-
-
-def route(dst: str) -> Route:
-    try:
-        res = _ip("route", "get", dst)
-        return parse_route(dst, res.stdout if res.returncode == 0 else res.stderr, res.returncode)
-    except (OSError, subprocess.SubprocessError, ValueError) as exc:
-        return Route(dst, error=str(exc))
 
 
 def resolve(name: str) -> Resolution:
@@ -206,7 +152,7 @@ def master_facts(env: Mapping[str, str], ifaces: tuple[Iface, ...]
         return res, None, None
     port = env.get("MASTER_PORT", "").strip()
     probe = probe_port(ips[0], int(port)) if port.isdigit() and 0 < int(port) < 65536 else None
-    return res, route(ips[0]), probe
+    return res, route(ips[0], ifaces), probe
 
 
 def host_gpus(root: str = "/proc/driver/nvidia/gpus") -> int | None:

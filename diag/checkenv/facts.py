@@ -1,6 +1,7 @@
 """The facts one rank collects about its environment: plain values, JSON both ways.
 
-Checks are pure functions of these; ``collect`` is the only code that reads the machine.
+Checks are pure functions of these; ``collect`` and ``netfacts`` are the only code that
+reads the machine.
 Unit tests build them by hand.
 """
 
@@ -18,7 +19,8 @@ class Iface:
 
     name: str
     up: bool
-    """Administratively up and with carrier (``UP`` and ``LOWER_UP``)."""
+    """Administratively and operationally up (IFF_UP and IFF_RUNNING: carrier, not
+    dormant), so it can carry traffic; ``ip`` shows such an interface UP, LOWER_UP."""
     addrs: tuple[str, ...] = ()
     mtu: int = 1500
     loopback: bool = False
@@ -39,7 +41,8 @@ class Resolution:
 
 @dataclass(frozen=True)
 class Route:
-    """``ip route get DST``: the interface and source address traffic to DST leaves by."""
+    """The kernel's route to DST (``ip route get DST``): the interface and source address
+    traffic to DST leaves by."""
 
     dst: str
     dev: str | None = None

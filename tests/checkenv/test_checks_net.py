@@ -126,6 +126,32 @@ def test_nccl_default_needs_a_non_loopback_interface_across_nodes():
     assert "NCCL uses enp3s0, eth0, eth1" in ok.summary  # ib0 is down, so not ib first
 
 
+@pytest.mark.parametrize("nodes,status", [(SINGLE_NODE, Status.OK), (env(), Status.FAIL)])
+def test_loopback_only_is_enough_on_one_node_only(nodes, status):
+    """A container with only lo, the hostname resolving elsewhere: on a single-node job
+    every peer is on this host; across nodes, peers would be told to dial 127.0.0.1."""
+    lo_only = facts(env=nodes, interfaces=(LO,), gpu_uuids=("GPU-0",),
+                    hostname_addrs=Resolution("node1", ("10.0.0.11",)))
+    for [res] in (check_nccl_ifname(lo_only), check_gloo_ifname(lo_only)):
+        assert res.status is status and "lo" in res.summary, res.summary
+        assert ("single-node job" in res.summary) == (status is Status.OK)
+
+
+def test_loopback_only_with_an_unknown_node_count_passes_without_the_reason():
+    unknown = {k: v for k, v in SINGLE_NODE.items()
+               if k not in ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE")}
+    [res] = check_nccl_ifname(facts(env=unknown, interfaces=(LO,), gpu_uuids=("GPU-0",)))
+    assert res.status is Status.OK and "single-node" not in res.summary
+
+
+def test_a_named_interface_missing_fails_on_one_node_too():
+    """NCCL's bootstrap finds no socket interface and fails, whatever the node count."""
+    f = facts(env=dict(SINGLE_NODE, NCCL_SOCKET_IFNAME="eth0", GLOO_SOCKET_IFNAME="eth0"),
+              interfaces=(LO,))
+    assert check_nccl_ifname(f)[0].status is Status.FAIL
+    assert check_gloo_ifname(f)[0].status is Status.FAIL
+
+
 def test_nccl_ifname_unset_without_gpus_is_skipped():
     assert check_nccl_ifname(facts())[0].status is Status.SKIP
 

@@ -1,44 +1,70 @@
-"""The edge that reads the machine: parsers on recorded output, probes on 127.0.0.1 only."""
+"""The edge that reads the machine: the kernel's interfaces and routes against what iproute2
+says, probes on 127.0.0.1 only."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import socket
+import subprocess
 import time
 
-from diag.checkenv.collect import (
-    bounded, collect, parse_ip_addr, parse_route, probe_port, resolve,
-)
+import pytest
+
+from diag.checkenv.collect import bounded, collect, probe_port, resolve
+from diag.checkenv.netfacts import cidr, interfaces, route
 from tests.util import free_port
 
-IP_ADDR = json.dumps([
-    {"ifname": "lo", "flags": ["LOOPBACK", "UP", "LOWER_UP"], "mtu": 65536,
-     "addr_info": [{"family": "inet", "local": "127.0.0.1", "prefixlen": 8}]},
-    {"ifname": "eth0", "flags": ["BROADCAST", "MULTICAST", "UP", "LOWER_UP"], "mtu": 1500,
-     "addr_info": [{"family": "inet", "local": "10.201.3.11", "prefixlen": 25},
-                   {"family": "inet6", "local": "fe80::1", "prefixlen": 64}]},
-    {"ifname": "eth1", "flags": ["NO-CARRIER", "BROADCAST", "UP"], "mtu": 9000,
-     "addr_info": [{"family": "inet", "local": "10.9.0.2", "prefixlen": 16}]},
-    {"ifname": "ifb0", "flags": ["BROADCAST", "NOARP"], "mtu": 1500, "addr_info": []},
+needs_ip = pytest.mark.skipif(shutil.which("ip") is None, reason="no iproute2 to compare with")
+
+
+def ip_json(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", "-j", *args], capture_output=True, text=True, timeout=10)
+
+
+@needs_ip
+def test_interfaces_from_the_kernel_are_what_ip_addr_lists():
+    links = json.loads(ip_json("addr", "show").stdout)
+    ours = {i.name: i for i in interfaces()}
+    assert list(ours) == [link["ifname"] for link in links]
+    for link in links:
+        iface, flags = ours[link["ifname"]], set(link["flags"])
+        listed = [f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", ())
+                  if a.get("family") in ("inet", "inet6") and a.get("local")]
+        assert sorted(iface.addrs) == sorted(listed), link["ifname"]
+        assert [a for a in iface.addrs if ":" not in a] == [a for a in listed if ":" not in a]
+        assert (iface.mtu, iface.loopback) == (link["mtu"], "LOOPBACK" in flags)
+        # IFF_RUNNING is the kernel's netif_oper_up: operstate UP, or UNKNOWN (lo, tun)
+        assert iface.up == ("UP" in flags and link.get("operstate") in ("UP", "UNKNOWN"))
+
+
+@needs_ip
+def test_route_from_the_kernel_is_what_ip_route_get_says():
+    ifaces = interfaces()
+    own = [ip for i in ifaces if i.up for ip in i.ips if not ip.startswith("fe80")]
+    # documentation ranges: routed by the default route if there is one, else unreachable
+    for dst in ("127.0.0.5", "198.51.100.7", "2001:db8::7", *own):
+        ours, res = route(dst, ifaces), ip_json("route", "get", dst)
+        if res.returncode:
+            assert ours.error and ours.dev is None, (dst, res.stderr)
+            continue
+        [theirs] = json.loads(res.stdout)
+        assert (ours.dev, ours.src, ours.local) == (
+            theirs["dev"], theirs.get("prefsrc"), theirs.get("type") == "local"), dst
+
+
+def test_route_by_name_and_to_nowhere():
+    assert route("localhost", interfaces()).local
+    assert route("no-such-host.invalid", interfaces()).error
+
+
+@pytest.mark.parametrize("address,netmask,expected", [
+    ("10.201.3.11", "255.255.255.128", "10.201.3.11/25"),
+    ("fe80::1%eth0", "ffff:ffff:ffff:ffff::", "fe80::1/64"),  # psutil's scoped form
+    ("10.8.0.1", None, "10.8.0.1/32"),  # a point-to-point address without a netmask
 ])
-
-
-def test_parse_ip_addr():
-    lo, eth0, eth1, ifb0 = parse_ip_addr(IP_ADDR)
-    assert lo.loopback and lo.up and lo.ips == ("127.0.0.1",)
-    assert eth0.up and eth0.addrs == ("10.201.3.11/25", "fe80::1/64") and eth0.mtu == 1500
-    assert not eth1.up  # UP but NO-CARRIER: the cable (or veth peer) is gone
-    assert not ifb0.up and ifb0.addrs == ()
-
-
-def test_parse_route():
-    local = parse_route("127.0.0.1", '[{"type":"local","dst":"127.0.0.1","dev":"lo",'
-                        '"prefsrc":"127.0.0.1"}]', 0)
-    via = parse_route("10.0.0.1", '[{"dst":"10.0.0.1","dev":"eth0","prefsrc":"10.0.0.2"}]', 0)
-    err = parse_route("10.5.5.5", "RTNETLINK answers: Network is unreachable\n", 2)
-    assert local.local and local.dev == "lo"
-    assert (via.dev, via.src, via.local) == ("eth0", "10.0.0.2", False)
-    assert err.error == "RTNETLINK answers: Network is unreachable" and err.dev is None
+def test_cidr(address, netmask, expected):
+    assert cidr(address, netmask) == expected
 
 
 def test_probe_port_open_and_refused():
