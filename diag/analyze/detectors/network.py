@@ -120,12 +120,31 @@ def _nccl_connect(idx: SignalIndex) -> list[Finding]:
     worst = max(sigs, key=lambda s: _ERRNO.get(s.fields.get("errno"), _UNKNOWN_ERRNO)[0])
     confidence, why = _ERRNO.get(worst.fields.get("errno"), _UNKNOWN_ERRNO)
     peer, port = worst.fields.get("addr"), worst.fields.get("port")
-    src = _own_address(idx, worst) or worst.host
+    src = _named(worst.host, _own_address(idx, worst))
+    dst = _named(_host_of(idx, peer), peer)
     reason = worst.fields.get("reason")
-    title = f"NCCL cannot connect {src or 'a rank'} -> {peer}:{port}: {reason} ({why})"
-    link = (src, peer) if src and peer else None
+    title = f"NCCL cannot connect {src or 'a rank'} -> {dst}:{port}: {reason} ({why})"
+    link = (worst.host or src, _host_of(idx, peer) or peer) if src and peer else None
     return [make(Category.NETWORK_UNREACHABLE, title, _FIX_FIREWALL, DETECTOR, confidence, sigs,
                  hosts=_hosts(sigs), link=link)]
+
+
+def _host_of(idx: SignalIndex, addr: str | None) -> str | None:
+    """The host whose NCCL bootstrap or socket transport printed ``addr`` as its own."""
+    for s in idx.of("nccl_bootstrap"):
+        if addr and s.host and s.fields.get("addr") == addr:
+            return s.host
+    for s in idx.of("nccl_net"):
+        if addr and s.host and any(a == addr for _, a in s.fields.get("ifaces") or ()):
+            return s.host
+    return None
+
+
+def _named(host: str | None, addr: str | None) -> str | None:
+    """"node4 (10.0.0.4)": a host by its name and the address it was reached at."""
+    if host and addr and host != addr:
+        return f"{host} ({addr})"
+    return host or addr
 
 
 def _own_address(idx: SignalIndex, sig: Signal) -> str | None:

@@ -133,5 +133,5 @@ def _finding(rule: Governs, settings: list[Signal], failures: list[Signal]) -> F
              f"fails: {first.text.strip()[:120]}")
     return make(rule.category, title, rule.fix.replace("{value}", value), DETECTOR, CONFIDENCE,
                 settings[:2] + sorted(failures, key=lambda s: (s.file, s.line))[:3],
-                hosts=[s.host for s in failures], env_var=rule.var,
+                hosts=[s.host for s in settings], env_var=rule.var,  # where it is set
                 details={"principle": "setting_governs_failure", "source": rule.source})
