@@ -101,3 +101,9 @@ def test_one_dump_in_a_collective_names_no_rank_and_says_who_to_dump(tmp_path) -
     top = analyze(log).findings[0]
     assert top.category is Category.RANK_HANG and top.culprit.ranks == ()
     assert top.confidence < 0.4 and "not dumped" in top.title and "Dump every rank" in top.fix
+
+
+def test_a_peer_address_is_named_by_the_host_that_printed_it() -> None:
+    top = analyze(CASES / "nccl_no_route_between_named_hosts" / "log.txt").findings[0]
+    assert top.culprit.link == ("node3", "node4")
+    assert "node3 (10.0.0.3) -> node4 (10.0.0.4)" in top.title
