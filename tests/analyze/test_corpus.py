@@ -38,8 +38,8 @@ KNOWN_MISSES: dict[str, str] = {
         "other: NCCL's 'unhandled cuda error'; the CUDA 9 build of NCCL is named only in the "
         "thread",
     "particleflow-rank0-only-end-of-epoch-test-nccl-timeout":
-        "other: watchdog C++ frames only; the rank-0-only test block is named only in the "
-        "thread",
+        "rank_hang, no rank: watchdog C++ frames only (a timeout, read from checkTimeout's "
+        "frame); the rank-0-only test block is named only in the thread",
     "rtdetr-eval-all-gather-object-oom-fixed-by-env-init":
         "no finding: a stack inside all_gather_object with no error line",
     "verl-ray-old-version-duplicate-gpu-rank0-rank1":

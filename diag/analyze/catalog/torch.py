@@ -145,7 +145,23 @@ WATCHDOG = (
               {"seq": 57, "op": "ALLGATHER", "ran_ms": 200059}),
 )
 
-C10D_ENTRIES = WATCHDOG + (
+# c10::Error's backtrace names the function that threw: a paste of the watchdog's C++
+# frames alone (no "Watchdog caught" line) still says a collective timed out there
+WATCHDOG_FRAME = Signature(
+    id="torch.watchdog_timeout_frame", signal="watchdog_frame", once_per_process=True,
+    prefilter=("checkTimeout",),
+    pattern=r"Exception raised from checkTimeout at |WorkNCCL::checkTimeout\(",
+    source=Source(TORCH, PG_NCCL, "ProcessGroupNCCL::WorkNCCL::checkTimeout",
+                  "C10_THROW_ERROR(DistBackendError, ...): c10::Error's backtrace "
+                  "'Exception raised from {function} at {file}:{line}' and 'frame #N:' lines"),
+    examples=(Example("Exception raised from checkTimeout at ../torch/csrc/distributed/c10d/"
+                      "ProcessGroupNCCL.cpp:525 (most recent call first):", {}),
+              Example("frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional"
+                      "<std::chrono::duration<long, std::ratio<1l, 1000l> > >) + 0x1d2 "
+                      "(0x1554e9e0f8f2 in /x/torch/lib/libtorch_cuda.so)", {})),
+    near_misses=("frame #2: c10d::ProcessGroupNCCL::watchdogHandler() + 0x233",))
+
+C10D_ENTRIES = WATCHDOG + (WATCHDOG_FRAME,) + (
     Signature(
         id="torch.watchdog_status", signal="watchdog_status", flags=re.IGNORECASE,
         prefilter=(("ast enqueued", "ast completed"),),

@@ -315,6 +315,8 @@ def collect_waits(idx: SignalIndex) -> list[Wait]:
     waits += [_bare_wait(s) for s in idx.of("gloo_error") if s.fields.get("what") == "timeout"]
     waits += [_bare_wait(s) for s in idx.of("store_wait_timeout")]
     waits += [_bare_wait(s) for s in idx.of("exception") if _collective_exception(s)]
+    if not waits:  # only the watchdog's C++ frames were pasted: a timeout, no detail
+        waits = [_bare_wait(s) for s in idx.of("watchdog_frame")]
     if waits:
         waits += _elastic_victims(idx)
     return waits
@@ -365,6 +367,9 @@ def judge(idx: SignalIndex, waits: list[Wait]) -> Verdict:
         if verdict:
             return verdict
     reason = "no rank is visibly missing from the timeouts (the log may hold only some ranks)"
+    if waits and all(w.sig.kind == "watchdog_frame" for w in waits):
+        reason = ("a collective timed out (only the watchdog's C++ frames are in the log: "
+                  "they name neither the collective nor the rank that did not arrive)")
     return Verdict(Category.RANK_HANG, (), 0.35, reason, severity=Severity.WARN)
 
 
