@@ -370,3 +370,19 @@ def test_a_wrong_variable_is_not_also_reported_as_differing(tmp_path):
                    env_var="GLOO_SOCKET_IFNAME")
     other = warn("cross.env", "NCCL_ALGO differs", "fix", nodes=("node2",), env_var="NCCL_ALGO")
     assert _restates(differs, [wrong, differs, other]) and not _restates(other, [wrong, other])
+
+
+def test_gloo_size_mismatch_with_a_size_header_is_a_diverged_call_sequence(tmp_path) -> None:
+    # 8 bytes on one side: an object collective's one-int64 size header met another collective
+    from diag.analyze import analyze
+    from diag.verdict import Category
+
+    line = ("[rank1]: RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/"
+            "pair.cc:456] op.preamble.length <= op.nbytes. {} vs {}. Received data size doesn't "
+            "match expected size. Is there a distributed collective mismatch in your code?\n")
+    header, shapes = tmp_path / "header.txt", tmp_path / "shapes.txt"
+    header.write_text(line.format(8, 4))
+    shapes.write_text(line.format(4096, 1024))
+    assert analyze(header).findings[0].category is Category.COLLECTIVE_MISMATCH
+    top = analyze(shapes).findings[0]
+    assert top.category is Category.SHAPE_MISMATCH and "different collectives" in top.title

@@ -298,12 +298,29 @@ def _size_mismatch(idx: SignalIndex) -> list[Finding]:
     sigs += idx.of("nccl_truncated")
     if not sigs or idx.has("fingerprint_mismatch"):
         return []
-    title = ("a rank received more bytes than it posted: the ranks' tensor sizes differ in the "
-             "same collective")
-    fix = ("Rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL to see each rank's shape, then make them "
-           "agree (pad, or exchange sizes first).")
     ranks = sorted({s.rank for s in sigs if s.rank is not None})[:1]
+    header = [s for s in sigs if _SIZE_HEADER_BYTES in (s.fields.get("sizes") or ())]
+    if header:
+        return [make(Category.COLLECTIVE_MISMATCH, _TITLE_HEADER, _FIX_SEQUENCE, DETECTOR, 0.65,
+                     header, ranks=ranks)]
+    title = ("a rank received more bytes than it posted: the ranks' tensor sizes differ in the "
+             "same collective, or the ranks are in different collectives")
+    fix = ("Rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL to see each rank's op and shape. Same "
+           "op, other shapes: make them agree (pad, or exchange sizes first). Different ops: "
+           + _FIX_SEQUENCE)
     return [make(Category.SHAPE_MISMATCH, title, fix, DETECTOR, 0.6, sigs, ranks=ranks)]
+
+
+# Object collectives (broadcast_object_list, all_gather_object, gather_object) first send
+# each object's size as one int64 element: 8 bytes on one side of gloo's "N vs M" is that
+# header meeting another collective, so the ranks' call sequences diverged
+_SIZE_HEADER_BYTES = 8
+_TITLE_HEADER = ("the ranks are in different collectives: one side of the size mismatch is "
+                 "8 bytes, the one-element size header an object collective (all_gather_object, "
+                 "broadcast_object_list) sends first")
+_FIX_SEQUENCE = ("every rank must call the same collectives in the same order: look for a "
+                 "collective under `if rank == 0:` (evaluation, logging, saving), a data-"
+                 "dependent early exit, or a different number of steps per rank.")
 
 
 # ---------------------------------------------------------------------------------------
