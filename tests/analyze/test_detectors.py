@@ -386,3 +386,28 @@ def test_gloo_size_mismatch_with_a_size_header_is_a_diverged_call_sequence(tmp_p
     assert analyze(header).findings[0].category is Category.COLLECTIVE_MISMATCH
     top = analyze(shapes).findings[0]
     assert top.category is Category.SHAPE_MISMATCH and "different collectives" in top.title
+
+
+def test_fingerprints_of_another_structure_or_a_size_header_are_different_collectives(
+        tmp_path) -> None:
+    from diag.analyze import analyze
+    from diag.verdict import Category
+
+    opts = ("TensorDeviceTypes=TensorOptions(dtype=float (default), device=cuda, layout=Strided "
+            "(default), requires_grad=false (default), pinned_memory=false (default), "
+            "memory_format=(nullopt)))")
+    one_side = tmp_path / "one.txt"
+    one_side.write_text(
+        "[rank3]: RuntimeError: Detected mismatch between collectives on ranks. Rank 3 is "
+        "running inconsistent collective: CollectiveFingerPrint(SequenceNumber=88, "
+        f"OpType=ALLREDUCE, TensorShape=[1024, 4], TensorDtypes=Float, {opts}\n")
+    header = tmp_path / "header.txt"
+    header.write_text(
+        "RuntimeError: Detected mismatch between collectives on ranks. Rank 2 is running "
+        "collective: CollectiveFingerPrint(SequenceNumber=40, OpType=BROADCAST, TensorShape=[1], "
+        f"TensorDtypes=Long, {opts}, but Rank 0 is running collective: CollectiveFingerPrint("
+        "SequenceNumber=40, OpType=BROADCAST, TensorShape=[3, 224, 224], TensorDtypes=Float, "
+        f"{opts}.\n")
+    for log in (one_side, header):
+        top = analyze(log).findings[0]
+        assert top.category is Category.COLLECTIVE_MISMATCH, (log.name, top.title)

@@ -245,13 +245,29 @@ def _fingerprints(idx: SignalIndex) -> list[Finding]:
         return []
     variants = _fingerprint_variants(sigs)
     op_or_seq = {(v[0], v[1]) for v in variants.values()}
-    in_order = len(op_or_seq) > 1 or _aspect(sigs, "Op type", "Sequence")
+    in_order = len(op_or_seq) > 1 or _aspect(sigs, "Op type", "Sequence") or \
+        any(_size_header(v) for v in variants.values()) or _structure_differs(sigs, variants)
     category = Category.COLLECTIVE_MISMATCH if in_order else Category.SHAPE_MISMATCH
     sides = "; ".join(f"rank {r}: {_describe(v)}" for r, v in sorted(variants.items())[:4])
     what = "different collectives" if in_order else "the same collective with different tensors"
     details = {"fingerprints": {str(r): list(v) for r, v in variants.items()}}
     return [make(category, f"ranks run {what} ({sides})", _FIX_ORDER if in_order else _FIX_SHAPES,
                  DETECTOR, 0.9, sigs, ranks=_odd_rank_out(sigs, variants), details=details)]
+
+
+def _size_header(v: tuple) -> bool:
+    """A one-element int64 tensor: the object sizes an object collective (broadcast_object_list,
+    all_gather_object) sends before the objects; met by another collective, the ranks' call
+    sequences diverged, whatever the other side's shape."""
+    _, _, shape, dtype = v
+    return str(shape).replace(" ", "") == "[1]" and str(dtype).lower() in ("long", "int64")
+
+
+def _structure_differs(sigs: list[Signal], variants: dict[int, tuple]) -> bool:
+    """Only the reporting rank's side, in torch's 'is running inconsistent collective': the
+    serialized fingerprints differ in length (ProcessGroupWrapper's verify_tensors), so the
+    ranks run collectives of another structure: nothing says it is the same collective."""
+    return len(variants) == 1 and any(s.fields.get("inconsistent") for s in sigs)
 
 
 def _fingerprint_variants(sigs: list[Signal]) -> dict[int, tuple]:
