@@ -211,3 +211,27 @@ def test_a_text_log_past_its_time_budget_is_cut_and_named(tmp_path) -> None:
     result = analyze(log, Limits(text_seconds=0.01))
     cut = [p for p in result.problems if "parsing stopped at line" in p.message]
     assert len(cut) == 1 and cut[0].line and cut[0].line < 40_000, result.problems
+
+
+def test_the_template_with_the_most_literal_text_is_the_message(tmp_path) -> None:
+    # "Failed to open libibverbs.so[.1]" is NCCL's no-IB INFO, not GDRCopy's "Failed to open %s"
+    from diag.analyze import analyze
+
+    log = tmp_path / "log.txt"
+    log.write_text("gpu1:15833:15833 [0] NCCL INFO Failed to open libibverbs.so[.1]\n")
+    assert not [f for f in analyze(log).findings if "GDRCopy" in f.title]
+
+
+def test_nccl_tests_device_table_says_one_node_or_several(tmp_path) -> None:
+    from diag.analyze import analyze
+    from diag.verdict import Category
+
+    table = "".join(f"#   Rank {r:2d} Pid  15833 on {{host{r}}} device {r:2d} [0x0{r}] GeForce\n"
+                    for r in range(4))
+    no_ib = ("{host0}:15833:15833 [0] NCCL INFO NET/IB : No device found.\n"
+             "{host0}:15833:15833 [0] NCCL INFO NET/Socket : Using [0]eth0:10.2.3.32<0>\n")
+    one, two = tmp_path / "one.txt", tmp_path / "two.txt"
+    one.write_text((table + no_ib).format(**{f"host{r}": "gpu-a" for r in range(4)}))
+    two.write_text((table + no_ib).format(**{f"host{r}": f"gpu-{'ab'[r // 2]}" for r in range(4)}))
+    assert not [f for f in analyze(one).findings if f.category is Category.SLOW_LINK]
+    assert [f for f in analyze(two).findings if f.category is Category.SLOW_LINK]

@@ -139,6 +139,21 @@ def _result(code: str, text: str, enum: str, example: str) -> Signature:
 
 ENTRIES = (
     Signature(
+        # nccl-tests' device table: which host each rank runs on, the topology of the run
+        id="nccl_tests.rank_device", signal="rank_host", prefilter=("Pid",),
+        pattern=r"^#\s+Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?Pid\s+(?P<pid>\d+)\s+on"
+                r"\s+(?P<host>\S+)\s+device\s+(?P<device>\d+)",
+        fields={"rank": int, "pid": int, "host": str, "device": int},
+        source=Source("NVIDIA/nccl-tests", "src/common.cu", "run",
+                      "'#  Rank %2d Group %2d Pid %6d on %10s device %2d [%04x:%02x:%02x] %s'; "
+                      "before 2.13 without 'Group %2d' and with '[0x%02x]'"),
+        examples=(Example("#   Rank  1 Pid  70497 on machine-19 device  0 [0x1a] Tesla "
+                          "V100-SXM2-32GB", {"rank": 1, "pid": 70497, "host": "machine-19",
+                                             "device": 0}),
+                  Example("#  Rank  3 Group  0 Pid 4121 on gpu-a07 device  3 [0000:41:00] "
+                          "NVIDIA H100 80GB HBM3", {"rank": 3, "host": "gpu-a07"})),
+        near_misses=("# Rank 0 Pid 12 on",)),
+    Signature(
         id="nccl.version", signal="version", scope="nccl_any", oneof="nccl_version",
         prefilter=("NCCL version",),
         pattern=r"NCCL version:?\s*(?P<version>\d+\.\d+\.\d+)(?:\+cuda(?P<cuda>[\d.]+))?",

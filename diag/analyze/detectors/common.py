@@ -166,6 +166,8 @@ def multi_node(idx: SignalIndex) -> bool:
     node count above one."""
     if len(hosts_seen(idx)) > 1:
         return True
+    if len({s.fields.get("host") for s in idx.of("rank_host")}) > 1:
+        return True
     if len({s.fields.get("addr") for s in idx.of("nccl_bootstrap")}) > 1:
         return True
     return any((s.fields.get("n") or 0) > 1 for s in idx.of("nnodes"))

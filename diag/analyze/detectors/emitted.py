@@ -15,6 +15,7 @@ import re
 from collections import defaultdict
 from dataclasses import replace
 
+from diag.analyze.catalog import fmt
 from diag.analyze.catalog.emitted import Template, by_id
 from diag.analyze.detectors.common import index, make
 from diag.analyze.signals import Signal
@@ -33,7 +34,7 @@ _FIELD_TEXT = 60  # characters of a field shown in a title
 def detect_text(inputs) -> list[Finding]:
     known = by_id()
     lines: dict[str, list[Signal]] = defaultdict(list)
-    for sig in index(inputs).of("emitted"):
+    for sig in most_specific(index(inputs).of("emitted"), known):
         lines[sig.fields["template"]].append(sig)
     out, said = [], set()
     for tid, signals in lines.items():
@@ -47,6 +48,20 @@ def detect_text(inputs) -> list[Finding]:
             said.add(key)
             out.append(found)
     return out
+
+
+def most_specific(signals: list[Signal], known: dict) -> list[Signal]:
+    """Of the templates that match one line, those with the most literal text: NCCL's
+    "Failed to open libibverbs.so[.1]" (no failure: IB is simply absent) is that message,
+    not GDRCopy's "Failed to open %s" read with libibverbs as its %s."""
+    def literal(sig: Signal) -> int:
+        t = known.get(sig.fields["template"])
+        return fmt.compile_format(t.format).literal if t is not None else 0
+    best: dict[tuple, int] = {}
+    for sig in signals:
+        key = (sig.file, sig.line)
+        best[key] = max(best.get(key, 0), literal(sig))
+    return [s for s in signals if literal(s) == best[(s.file, s.line)]]
 
 
 def finding(t: Template, signals: list[Signal]) -> Finding:

@@ -423,7 +423,8 @@ def _one_node(idx: SignalIndex) -> bool:
     counts = {s.fields.get("n") for s in idx.of("nnodes")}
     if multi_node(idx):
         return False
-    return counts == {1} or _every_rank_on_one_host(idx)
+    return counts == {1} or _every_rank_on_one_host(idx) or \
+        len({s.fields.get("host") for s in idx.of("rank_host")}) == 1
 
 
 def _every_rank_on_one_host(idx: SignalIndex) -> bool:
