@@ -317,13 +317,14 @@ def nccl_ib_unused(ex: Extractor, line: _Line) -> None:
 _ACTIVITY = re.compile(r"\b(?P<verb>[Ss]aving|[Ww]riting|[Uu]ploading|[Dd]ownloading"
                        r"|[Pp]reprocessing|[Pp]reparing|[Tt]okeniz(?:ing|e)|[Cc]aching|[Bb]uilding"
                        r"|[Cc]ompiling|[Ee]valuating|[Vv]alidating|[Gg]enerating|[Cc]onverting"
-                       r"|[Ee]xtracting|[Ii]ndexing|[Cc]onsolidating|[Gg]athering)\b")
+                       r"|[Ee]xtracting|[Ii]ndexing|[Cc]onsolidating|[Gg]athering"
+                       r"|[Vv]alidation|[Ee]valuation)\b")
 
 
 def activity_family(ex: Extractor, line: _Line) -> None:
     """What a rank says it is busy with ("Saving checkpoint ..."), for "legitimately busy"."""
     body = line.body
-    if "ing" in body and line.pid is None and "Watchdog" not in body:
+    if ("ing" in body or "tion" in body) and line.pid is None and "Watchdog" not in body:
         m = _ACTIVITY.search(body, 0, 200)
         if m:
             ex.emit("activity", line, verb=m.group("verb").lower())

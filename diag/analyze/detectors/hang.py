@@ -362,7 +362,7 @@ def judge(idx: SignalIndex, waits: list[Wait]) -> Verdict:
     world = world_size(idx)
     for rule in (_failed_first, _broken_gpu, _ras_report, _monitored_barrier, _desync_report,
                  _disagreement, _enqueue_gap, _lone_after_end, _absent_ranks, _lone_waiter,
-                 _early_small_sync):
+                 _early_small_sync, _rank0_work):
         verdict = rule(idx, waits, victims, world)
         if verdict:
             return verdict
@@ -648,6 +648,23 @@ def _printing_rank(busy: list[Signal], victims: set) -> tuple[int, ...]:
     if not busy or not victims or 0 in victims or any(s.rank is not None for s in busy):
         return ()
     return (0,)
+
+
+def _rank0_work(idx, waits, victims, world) -> Verdict | None:
+    """The ranks that timed out are not rank 0, and before the timeouts the log shows work
+    that training scripts do on rank 0 alone (validation, evaluation, saving, generating),
+    in lines of no rank or of rank 0: rank 0 was busy with it, not stuck."""
+    if not victims or 0 in victims:
+        return None
+    first = min((w.sig for w in waits), key=lambda s: (s.file, s.line))
+    work = [a for a in idx.of("activity") if a.file == first.file and a.line < first.line
+            and a.rank in (None, 0)]
+    if not work:
+        return None
+    doing = work[-1]
+    reason = (f"{fmt_ranks(victims)} timed out while rank 0 was '{doing.fields['verb']}' "
+              "(work a script does on rank 0 alone), at the process-group timeout")
+    return Verdict(Category.TIMEOUT_TOO_SHORT, (0,), 0.5, reason, [doing])
 
 
 def _early_default_sync(waits: list[Wait], world: int | None) -> str | None:
