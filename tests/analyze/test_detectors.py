@@ -411,3 +411,19 @@ def test_fingerprints_of_another_structure_or_a_size_header_are_different_collec
     for log in (one_side, header):
         top = analyze(log).findings[0]
         assert top.category is Category.COLLECTIVE_MISMATCH, (log.name, top.title)
+
+
+def test_a_bare_nccl_version_line_belongs_to_the_host_printing_around_it(tmp_path) -> None:
+    # NCCL prints its version without the host:pid:tid prefix at some debug levels
+    from diag.analyze import analyze
+    from diag.verdict import Category
+
+    log = tmp_path / "log.txt"
+    log.write_text("".join(
+        f"{host}:{pid}:{pid} [0] NCCL INFO Bootstrap : Using ens7:10.9.0.{i}<0>\n"
+        f"{host}:{pid}:{pid} [0] NCCL INFO cudaDriverVersion 12040\n"
+        f"NCCL version {version}+cuda12.4\n[... excerpt gap ...]\n"
+        for i, (host, pid, version) in enumerate(
+            (("gpu-7", 4410, "2.21.5"), ("gpu-8", 3312, "2.18.1"), ("gpu-9", 2208, "2.21.5")))))
+    top = analyze(log).findings[0]
+    assert top.category is Category.VERSION_MISMATCH and top.culprit.hosts == ("gpu-8",)

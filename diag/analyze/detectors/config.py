@@ -11,7 +11,9 @@ never merged, when the job died before rank 0 reported).
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
+from dataclasses import replace
 
 from diag import fixes
 from diag.analyze.catalog import implied
@@ -327,7 +329,7 @@ def _spread(values: dict) -> str:
 
 def _versions(idx: SignalIndex) -> list[Finding]:
     by_comp: dict[str, list[Signal]] = defaultdict(list)
-    for s in idx.of("version"):
+    for s in _nccl_version_hosts(idx, idx.of("version")):
         by_comp[s.fields.get("component")].append(s)
     failing = any(idx.has(k) for k in _FAILURE_KINDS)
     found = [_version_spread(comp, sigs, failing) for comp, sigs in by_comp.items()]
@@ -356,6 +358,33 @@ def _version_spread(comp: str, sigs: list[Signal], failing: bool) -> Finding | N
     return make(Category.VERSION_MISMATCH, f"{comp} versions differ: {spread}",
                 _FIX_VERSIONS.format(comp=comp), DETECTOR, 0.8 if sure else 0.4, sigs, hosts=hosts,
                 ranks=ranks, severity=Severity.ERROR if failing and sure else Severity.WARN)
+
+
+_NEAR_LINES = 3  # how far a bare "NCCL version" line may sit from its process's lines
+
+
+def _nccl_version_hosts(idx: SignalIndex, sigs: list[Signal]) -> list[Signal]:
+    """NCCL prints its version without the host:pid:tid prefix at some debug levels (a bare
+    "NCCL version 2.19.3+cuda12.3" among that process's INFO lines): such a line is the
+    host's whose prefixed line comes just before it in the same file."""
+    bare = [s for s in sigs if s.host is None and s.fields.get("component") == "nccl"]
+    if not bare:
+        return sigs
+    files = {s.file for s in bare}
+    hosted: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    for s in idx.signals:
+        if s.host and s.file in files:
+            hosted[s.file].append((s.line, s.host))
+    for lines in hosted.values():
+        lines.sort()
+    return [_near_host(s, hosted[s.file]) if s in bare else s for s in sigs]
+
+
+def _near_host(sig: Signal, lines: list[tuple[int, str]]) -> Signal:
+    i = bisect.bisect_left(lines, (sig.line, "")) - 1
+    if i >= 0 and 0 < sig.line - lines[i][0] <= _NEAR_LINES:
+        return replace(sig, host=lines[i][1])
+    return sig
 
 
 def _owner(sig: Signal) -> str:
