@@ -5,8 +5,10 @@ one is not where the others are". Here the main thread's stack of each rank is r
 its frames (innermost first), ranks with the same frames form a group, and each group gets
 the *state* its innermost frames show:
 
-- ``collective``: inside torch.distributed (a collective, a barrier, a store get, a
-  work's wait), or DeepSpeed's/Megatron's communication wrappers: waiting on other ranks;
+- ``collective``: in a frame that issues or waits on a collective (a collective, a
+  barrier, a p2p send/recv, a store wait, a work's wait; DDP's buffer broadcast, FSDP's
+  gathers, a pipeline stage's p2p, DeepSpeed's, Megatron's and Accelerate's wrappers), as
+  ``catalog/collective_frames.tsv`` lists them: waiting on other ranks;
 - ``backward``: in the autograd engine, where DDP's and FSDP's gradient all_reduces are
   issued and waited on: a rank blocked there with the others in a collective waits too;
 - ``data``: in a DataLoader's queue get or a worker's result: waiting on its own input;
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from diag.analyze.catalog import collective_frames
 from diag.verdict import Category, Culprit, Evidence, Finding, Severity
 
 MAX_FRAMES = 64  # frames per stack kept for grouping (innermost first)
@@ -92,15 +95,6 @@ class Group:
 # ---------------------------------------------------------------------------------------
 # states
 
-_COLLECTIVE_FILES = ("torch/distributed/", "deepspeed/comm/", "megatron/core/parallel_state",
-                     "megatron/core/distributed/", "deepspeed/runtime/zero/",
-                     "torch/nn/parallel/distributed.py", "accelerate/utils/operations.py")
-_COLLECTIVE_FUNCS = frozenset({
-    "all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
-    "reduce_scatter_tensor", "broadcast", "barrier", "monitored_barrier", "all_to_all",
-    "all_to_all_single", "gather", "scatter", "reduce", "send", "recv", "wait",
-    "all_gather_object", "broadcast_object_list", "gather_object", "_store_based_barrier",
-    "synchronize", "get"})
 _BACKWARD_FUNCS = ("_engine_run_backward", "run_backward", "backward")
 _DATA = ("torch/utils/data/", "_try_get_data", "_get_data", "_next_data")
 _QUEUE_FILES = ("multiprocessing/queues.py", "multiprocessing/connection.py", "/queue.py")
@@ -115,8 +109,7 @@ def state_of(frames: tuple[Frame, ...]) -> tuple[str, Frame | None]:
         path = f.file.replace("\\", "/")
         if any(d in path or d == f.func for d in _DATA):
             return "data", f
-        if any(c in path for c in _COLLECTIVE_FILES) and (
-                f.func in _COLLECTIVE_FUNCS or "distributed_c10d" in path or "comm" in path):
+        if collective_frames.lookup(path, f.func):
             return "collective", f
         if f.func in _BACKWARD_FUNCS and "autograd" in path or f.func == "_engine_run_backward":
             return "backward", f

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from diag.analyze import catalog
-from diag.analyze.catalog import engine
+from diag.analyze.catalog import collective_frames, engine
 from diag.analyze import stacktext
 from diag.analyze.signals import Signal
 from diag.format.schema import MAX_WORLD_SIZE
@@ -422,13 +422,6 @@ _EXC = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Z]\w*"
                   r"(?:Error|Exception|Interrupt|Exit|Failure|Timeout))(?::\s?(?P<msg>.*))?$")
 # a one-element tensor in printed locals: "tensor([1], dtype=torch.int8)"
 _TINY_TENSOR = re.compile(r"tensor\(\[\s*-?[\d.]+\s*\]")
-COLLECTIVE_FUNCS = frozenset({
-    "all_reduce", "allreduce", "broadcast", "all_gather", "_all_gather_base",
-    "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base",
-    "barrier", "monitored_barrier", "all_to_all", "all_to_all_single", "broadcast_object_list",
-    "all_gather_object", "gather_object", "scatter_object_list", "gather", "scatter", "reduce",
-    "send", "recv", "isend", "irecv", "new_group", "init_process_group", "_store_based_barrier",
-    "broadcast_multigpu"})
 
 
 def python_family(ex: Extractor, line: _Line) -> None:
@@ -474,10 +467,10 @@ def _exception(ex: Extractor, line: _Line, key: tuple) -> bool:
     tb = ex.tracebacks.pop(key, None)
     qualname = m.group("type")
     frames = tb.frames[-_MAX_FRAMES:] if tb else []
+    stack = tb.stack[-_MAX_FRAMES:] if tb else []
     ex.emit("exception", line, type=qualname.rsplit(".", 1)[-1], qualname=qualname,
-            message=(m.group("msg") or "")[:600], frames=frames,
-            stack=tb.stack[-_MAX_FRAMES:] if tb else [],
-            in_collective=bool(COLLECTIVE_FUNCS.intersection(frames)),
+            message=(m.group("msg") or "")[:600], frames=frames, stack=stack,
+            in_collective=bool(collective_frames.in_stack(stack)),
             tiny_tensor=bool(tb and tb.tiny), traceback_line=tb.start if tb else None)
     return True
 

@@ -542,12 +542,31 @@ def test_traceback_frames_and_exception() -> None:
         "exception",
         "[rank1]: Traceback (most recent call last):",
         '[rank1]:   File "/x/train.py", line 10, in <module>',
-        '[rank1]:   File "/x/distributed_c10d.py", line 1707, in all_reduce',
+        '[rank1]:   File "/x/torch/distributed/distributed_c10d.py", line 1707, in all_reduce',
         "[rank1]:     work.wait()",
         "[rank1]: torch.distributed.DistBackendError: NCCL communicator was aborted on rank 1.",
     )
     assert sig.rank == 1 and sig.fields["type"] == "DistBackendError"
     assert sig.fields["frames"] == ["<module>", "all_reduce"] and sig.fields["in_collective"]
+
+
+def test_a_traceback_through_ddps_buffer_broadcast_is_in_a_collective() -> None:
+    # the frames are keyed by file and function (catalog/collective_frames.tsv): DDP's
+    # forward broadcasts its buffers; a user's own all_reduce is no torch collective
+    site = "/opt/venv/lib/python3.11/site-packages/torch"
+    sig = one(
+        "exception",
+        "Traceback (most recent call last):",
+        '  File "/x/train.py", line 10, in <module>',
+        f'  File "{site}/nn/parallel/distributed.py", line 1690, in _sync_buffers',
+        f'  File "{site}/nn/parallel/distributed.py", line 2360, in '
+        "_distributed_broadcast_coalesced",
+        "torch.distributed.DistBackendError: NCCL communicator was aborted on rank 1.",
+    )
+    assert sig.fields["in_collective"]
+    mine = one("exception", "Traceback (most recent call last):",
+               '  File "/x/train.py", line 3, in all_reduce', "RuntimeError: boom")
+    assert not mine.fields["in_collective"]
 
 
 def test_interleaved_tracebacks_stay_with_their_rank() -> None:

@@ -9,7 +9,7 @@ import re
 from collections import defaultdict
 
 from diag.analyze.inputs import RANK_IN_NAME, Inputs
-from diag.analyze.stackgroups import Frame
+from diag.analyze.stackgroups import Frame, state_of
 from diag.analyze.signals import Signal
 from diag.format.schema import MAX_WORLD_SIZE
 from diag.verdict import Category, Culprit, Evidence, Finding, Severity
@@ -60,14 +60,17 @@ def main_stack(inputs: Inputs, rank: int) -> tuple[str, list[dict]] | None:
 
 
 def comm_wait_frame(inputs: Inputs, rank: int) -> str | None:
-    """The frame a rank is blocked in when that is torch.distributed's own code (a
-    collective, a p2p wait, a store get): it waits on another rank. None otherwise."""
+    """The frame a rank is blocked in when it issues or waits on a collective (a
+    collective, a p2p wait, a store get: stackgroups.state_of): it waits on another rank.
+    None otherwise."""
     found = main_stack(inputs, rank)
     if not found or not found[1]:
         return None
-    inner = found[1][0]
-    path = str(inner.get("filename", "")).replace("\\", "/")
-    return _frame_text(inner) if "torch/distributed/" in path else None
+    frames = tuple(Frame(str(f.get("name")), str(f.get("filename", ""))) for f in found[1])
+    state, at = state_of(frames)
+    if state != "collective":
+        return None
+    return _frame_text(next(f for f, mine in zip(found[1], frames) if mine is at))
 
 
 def blocking_frame(evidence: list[Evidence]) -> Evidence | None:

@@ -15,6 +15,7 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 
+from diag.analyze.catalog import collective_frames
 from diag.analyze.detectors.common import (SignalIndex, blocking_frame, closed_ranks,
                                            comm_wait_frame, earliest, exception_ranks, fmt_ranks,
                                            index, make, own_failures, ranks_seen,
@@ -254,10 +255,6 @@ def _ranks(ranks: list[int]) -> str:
 # From text logs (signals parsed by diag/analyze/textlog.py)
 
 DETECTOR = "logs_hangs"  # the `detector` of the text-log findings
-# torch's barrier is a 1-element ALLREDUCE; these are the other control-flow collectives
-_CONTROL_FRAMES = frozenset({"barrier", "monitored_barrier", "broadcast_object_list",
-                             "all_gather_object", "gather_object", "scatter_object_list",
-                             "new_group", "_store_based_barrier"})
 _TRAINING_WORDS = ("epoch", "train", "fit", "iteration", "step", "batch")
 _LOCAL_NCCL_ERRORS = ("invalid usage", "invalid argument", "unhandled cuda error")
 _TIMEOUT_WORDS = ("timed out", "Timed out", "Timeout", "Watchdog", "watchdog", "gloo/transport")
@@ -745,12 +742,19 @@ def _busy_activity(idx: SignalIndex, culprits: tuple, waits: list[Wait]) -> Sign
     return near[-1] if near else None
 
 
+def _control_frame(sig: Signal) -> bool:
+    """A traceback through a barrier, an object collective or a group's creation (torch's
+    barrier is a 1-element ALLREDUCE: the op alone does not say it)."""
+    stack = sig.fields.get("stack", []) if sig.kind == "exception" else []
+    return any(f.kind in collective_frames.CONTROL_KINDS
+               for f in collective_frames.in_stack(stack))
+
+
 def _control_collective(idx: SignalIndex, waits: list[Wait]) -> bool:
     for w in waits:
         if (w.numel is not None and w.numel <= 1) or (w.op or "").upper().lstrip("_") == "BARRIER":
             return True
-        frames = w.sig.fields.get("frames", []) if w.sig.kind == "exception" else []
-        if w.sig.fields.get("tiny_tensor") or _CONTROL_FRAMES.intersection(frames):
+        if w.sig.fields.get("tiny_tensor") or _control_frame(w.sig):
             return True
     return False
 
