@@ -161,7 +161,7 @@ def _agent_local_world(idx: SignalIndex) -> int | None:
 def hosts_seen(idx: SignalIndex) -> set[str]:
     # "localhost" (torchrun's failure summary on a one-node job) is the machine that
     # printed it, whatever its name: it is no second host
-    return {s.host for s in idx.signals if s.host and not is_loopback(s.host)}
+    return {h for h in {s.host for s in idx.signals if s.host} if not is_loopback(h)}
 
 
 def multi_node(idx: SignalIndex) -> bool:
