@@ -210,8 +210,16 @@ def write_doc(path: Path, by_source: dict[str, list[dict]], today: str,
     old_text = path.read_text() if path.exists() else ""
     head = old_text[:old_text.find(REAL_LOGS_MARK)] if REAL_LOGS_MARK in old_text else old_text
     coverage = old_text[old_text.find(COVERAGE_BEGIN):] if COVERAGE_BEGIN in old_text else ""
+    # hand-written figures on other real logs (scored once, not re-run here) are kept
+    held = old_text.find(HELD_OUT)
+    kept = old_text[held:old_text.find(COVERAGE_BEGIN) if coverage else len(old_text)] \
+        if held >= 0 else ""
     path.write_text(head.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n"
+                    + ("\n" + kept.rstrip("\n") + "\n" if kept else "")
                     + ("\n" + coverage if coverage else ""))
+
+
+HELD_OUT = "<!-- held-out: written by hand; benchmarks/calibration.py keeps it -->"
 
 
 if __name__ == "__main__":
