@@ -178,12 +178,37 @@ def _store_unreachable(idx: SignalIndex) -> list[Finding]:
     sigs = [s for s in idx.of("store_connect_timeout", "store_connect_failed")
             if _plausible(idx, s) and s.fields.get("errno") in (None, 110, 113, 101)]
     if not sigs:
-        return _partial_rendezvous(idx)
+        return _partial_rendezvous(idx) or _store_bad_address(idx)
     host, port = sigs[0].fields.get("host"), sigs[0].fields.get("port")
     routed = any(s.fields.get("errno") in (113, 101) for s in sigs)
     title = f"ranks cannot reach the rendezvous store at {host}:{port}"
     return [make(Category.NETWORK_UNREACHABLE, title, _FIX_STORE.format(host=host, port=port),
                  DETECTOR, 0.6 if routed else 0.5, sigs, hosts=[host])]
+
+
+# connect(2)'s errnos that say the address itself is unusable from this host, not that
+# the network dropped it: EINVAL (an IPv6 link-local address without its scope, a family
+# the socket cannot reach), EADDRNOTAVAIL, EAFNOSUPPORT
+_BAD_ADDRESS_ERRNO = {22: "Invalid argument", 99: "Cannot assign requested address",
+                      97: "Address family not supported by protocol"}
+_FIX_BAD_ADDRESS = (
+    "This host cannot even open a connection to {host}:{port} ({why}): MASTER_ADDR names an "
+    "address this host's sockets cannot use. Set MASTER_ADDR to rank 0's host IPv4 address "
+    "(or a name that resolves to it on every node, `getent ahosts {host}`); an IPv6 link-local "
+    "address needs its scope (fe80::1%eth0).")
+
+
+def _store_bad_address(idx: SignalIndex) -> list[Finding]:
+    sigs = [s for s in idx.of("store_connect_failed")
+            if s.fields.get("errno") in _BAD_ADDRESS_ERRNO]
+    if not sigs:
+        return []
+    f = sigs[0].fields
+    why = f"errno {f['errno']}: {_BAD_ADDRESS_ERRNO[f['errno']]}"
+    title = f"the store address {f.get('host')}:{f.get('port')} is unusable from this host ({why})"
+    return [make(Category.ENV_MISCONFIG, title, _FIX_BAD_ADDRESS.format(
+        host=f.get("host"), port=f.get("port"), why=why), DETECTOR, 0.5, sigs,
+        env_var="MASTER_ADDR")]
 
 
 def _partial_rendezvous(idx: SignalIndex) -> list[Finding]:
@@ -271,10 +296,12 @@ def _bridge_addr(addr: str | None) -> bool:
 
 
 def _bridge_bootstrap(idx: SignalIndex) -> list[Finding]:
-    if not multi_node(idx):
+    if _one_node(idx):
         return []
+    # a bridge address in the bootstrap matters only across nodes; a connect to one that
+    # failed says by itself that the peer is elsewhere (on one host it would connect)
     sigs = [s for s in idx.of("nccl_bootstrap") if str(s.fields.get("iface")).startswith(_BRIDGES)
-            or _bridge_addr(s.fields.get("addr"))]
+            or _bridge_addr(s.fields.get("addr"))] if multi_node(idx) else []
     sigs += [s for s in idx.of("nccl_connect_failed") if _bridge_addr(s.fields.get("addr"))]
     if not sigs:
         return []
