@@ -20,6 +20,18 @@ def _signal(m) -> str:
 
 ENTRIES = (
     Signature(
+        # dynamic_rendezvous.py raises it bare (no message) when the join, keep-alive or
+        # exit of a rendezvous passes its deadline: the class name is the whole line
+        id="elastic.rendezvous_timeout", signal="rendezvous_timeout",
+        prefilter=("RendezvousTimeoutError",), pattern=r"\bRendezvousTimeoutError\b",
+        source=Source(TORCH, "torch/distributed/elastic/rendezvous/dynamic_rendezvous.py",
+                      "_DistributedRendezvousOpExecutor.run",
+                      "class in torch/distributed/elastic/rendezvous/api.py: 'Raised when a "
+                      "rendezvous did not complete on time'"),
+        examples=(Example("torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError", {}),
+                  Example("[rank0]: raise RendezvousTimeoutError()", {})),
+        near_misses=("RendezvousClosedError",)),
+    Signature(
         id="elastic.worker_failed", signal="elastic_worker_failed", prefilter=("exitcode:",),
         pattern=r"failed \(exitcode: (?P<exitcode>-?\d+)\) local_rank: (?P<local_rank>\d+) "
                 r"\(pid: (?P<pid>\d+)\)",

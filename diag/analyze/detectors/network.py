@@ -198,6 +198,21 @@ _FIX_BAD_ADDRESS = (
     "address needs its scope (fe80::1%eth0).")
 
 
+_FIX_RDZV = (
+    "torchrun's rendezvous did not complete before its timeout: not every node joined. "
+    "Start torchrun on every node with the same --rdzv-endpoint (rank 0's host:port, "
+    "reachable from every node: `nc -zv host port`), --rdzv-id and --nnodes; a node that "
+    "started much later than the others needs a longer --rdzv-conf join_timeout=.")
+
+
+def _rendezvous_timeout(idx: SignalIndex) -> list[Finding]:
+    sigs = idx.of("rendezvous_timeout")
+    if not sigs:
+        return []
+    return [make(Category.NETWORK_UNREACHABLE, "torchrun's rendezvous timed out: not every "
+                 "node joined", _FIX_RDZV, DETECTOR, 0.4, sigs[:3])]
+
+
 def _store_bad_address(idx: SignalIndex) -> list[Finding]:
     sigs = [s for s in idx.of("store_connect_failed")
             if s.fields.get("errno") in _BAD_ADDRESS_ERRNO]
@@ -216,7 +231,7 @@ def _partial_rendezvous(idx: SignalIndex) -> list[Finding]:
     sigs = [s for s in idx.of("store_wait_clients")
             if s.fields.get("joined", 0) < s.fields.get("total", 0)]
     if not sigs:
-        return []
+        return _rendezvous_timeout(idx)
     f = sigs[0].fields
     title = f"only {f['joined']}/{f['total']} clients reached the rendezvous store"
     return [make(Category.NETWORK_UNREACHABLE, title, _FIX_PARTIAL, DETECTOR, 0.45, sigs)]
