@@ -5,7 +5,10 @@ whose removal breaks one corpus case and nothing else is "right on exactly one d
 log": the candidates for issue 28's rule admission (generalize it from its emitter's code,
 find a second real source, or retire it).
 
-    python benchmarks/rule_ablation.py [--corpus ../shared/corpus] [--json FILE]
+    python benchmarks/rule_ablation.py [--corpus ../shared/corpus] [--also DIR] [--json FILE]
+
+``--also DIR`` (repeatable) adds another folder of real incidents in the corpus's format
+(``<case>/log.txt`` + ``truth.json``): a second real source for the rules it carries.
 
 The rules are found in the detectors' own source: the names in their ``for rule in (...)``
 tuples, so a new rule is ablated without editing this file.
@@ -38,12 +41,14 @@ def rules() -> list[tuple[object, str]]:
     return sorted(set(out), key=lambda mr: (mr[0].__name__, mr[1]))
 
 
-def labelled(corpus: Path) -> list[tuple[str, str, Path, str | None, int | None]]:
+def labelled(corpus: Path, also: tuple[Path, ...] = ()
+             ) -> list[tuple[str, str, Path, str | None, int | None]]:
     out = []
-    for case in sorted(p for p in corpus.iterdir() if (p / "truth.json").is_file()):
-        t = json.loads((case / "truth.json").read_text())
-        out.append(("corpus", case.name, case / "log.txt", t["root_cause_category"],
-                    t.get("culprit_rank")))
+    for kind, folder in (("corpus", corpus), *(("real", a) for a in also)):
+        for case in sorted(p for p in folder.iterdir() if (p / "truth.json").is_file()):
+            t = json.loads((case / "truth.json").read_text())
+            out.append((kind, case.name, case / "log.txt", t["root_cause_category"],
+                        t.get("culprit_rank")))
     for case in sorted(p for p in (REPO / "tests/analyze/cases").iterdir()
                        if (p / "expected.json").is_file()):
         t = json.loads((case / "expected.json").read_text())
@@ -82,15 +87,20 @@ def ablate(inputs: list) -> tuple[set[str], dict[str, list[str]]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "corpus")
+    ap.add_argument("--also", type=Path, action="append", default=[],
+                    help="another folder of real incidents (log.txt + truth.json per case)")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
-    inputs = labelled(a.corpus)
+    inputs = labelled(a.corpus, tuple(a.also))
     base, carried = ablate(inputs)
     print(f"{len(base)}/{len(inputs)} inputs right with every rule; {len(carried)} rules")
     for rule, lost in sorted(carried.items(), key=lambda kv: (len(kv[1]), kv[0])):
         corpus = [x for x in lost if x.startswith("corpus:")]
-        single = " <- one development log" if len(corpus) == 1 and len(lost) <= 2 else ""
-        print(f"{rule:40} corpus {len(corpus)}  cases {len(lost) - len(corpus)}{single}")
+        real = [x for x in lost if x.startswith("real:")]
+        single = " <- one development log" if len(corpus) + len(real) == 1 and \
+            len(lost) <= 2 else ""
+        print(f"{rule:40} corpus {len(corpus)}  real {len(real)}  "
+              f"cases {len(lost) - len(corpus) - len(real)}{single}")
     if a.json:
         a.json.write_text(json.dumps({"right": sorted(base), "carried": carried}, indent=1))
     return 0
