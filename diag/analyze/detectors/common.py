@@ -4,13 +4,16 @@ stack dumps per rank; over text-log signals, the signals indexed by kind, the jo
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections import defaultdict
 
+from diag.analyze import topology
 from diag.analyze.inputs import RANK_IN_NAME, Inputs
 from diag.analyze.stackgroups import Frame, state_of
 from diag.analyze.signals import Signal
+from diag.analyze.topology import Topology
 from diag.format.schema import MAX_WORLD_SIZE
 from diag.verdict import Category, Culprit, Evidence, Finding, Severity
 
@@ -124,6 +127,11 @@ class SignalIndex:
     def has(self, *kinds: str) -> bool:
         return any(self.by_kind.get(k) for k in kinds)
 
+    @functools.cached_property
+    def topology(self) -> Topology:
+        """Hosts, nodes, addresses and ranks: built once, asked by every principle."""
+        return topology.build(self)
+
 
 def index(inputs) -> SignalIndex:
     return SignalIndex(list(getattr(inputs, "signals", []) or []))
@@ -159,21 +167,11 @@ def _agent_local_world(idx: SignalIndex) -> int | None:
 
 
 def hosts_seen(idx: SignalIndex) -> set[str]:
-    # "localhost" (torchrun's failure summary on a one-node job) is the machine that
-    # printed it, whatever its name: it is no second host
-    return {h for h in {s.host for s in idx.signals if s.host} if not is_loopback(h)}
+    return set(idx.topology.hosts)
 
 
 def multi_node(idx: SignalIndex) -> bool:
-    """Whether the job spans hosts: two host names, two bootstrap addresses, or a stated
-    node count above one."""
-    if len(hosts_seen(idx)) > 1:
-        return True
-    if len({s.fields.get("host") for s in idx.of("rank_host")}) > 1:
-        return True
-    if len({s.fields.get("addr") for s in idx.of("nccl_bootstrap")}) > 1:
-        return True
-    return any((s.fields.get("n") or 0) > 1 for s in idx.of("nnodes"))
+    return idx.topology.multi_node
 
 
 def env_values(idx: SignalIndex, var: str) -> list[Signal]:

@@ -121,23 +121,12 @@ def _nccl_connect(idx: SignalIndex) -> list[Finding]:
     confidence, why = _ERRNO.get(worst.fields.get("errno"), _UNKNOWN_ERRNO)
     peer, port = worst.fields.get("addr"), worst.fields.get("port")
     src = _named(worst.host, _own_address(idx, worst))
-    dst = _named(_host_of(idx, peer), peer)
+    dst = _named(idx.topology.host_of(peer), peer)
     reason = worst.fields.get("reason")
     title = f"NCCL cannot connect {src or 'a rank'} -> {dst}:{port}: {reason} ({why})"
-    link = (worst.host or src, _host_of(idx, peer) or peer) if src and peer else None
+    link = (worst.host or src, idx.topology.host_of(peer) or peer) if src and peer else None
     return [make(Category.NETWORK_UNREACHABLE, title, _FIX_FIREWALL, DETECTOR, confidence, sigs,
                  hosts=_hosts(sigs), link=link)]
-
-
-def _host_of(idx: SignalIndex, addr: str | None) -> str | None:
-    """The host whose NCCL bootstrap or socket transport printed ``addr`` as its own."""
-    for s in idx.of("nccl_bootstrap"):
-        if addr and s.host and s.fields.get("addr") == addr:
-            return s.host
-    for s in idx.of("nccl_net"):
-        if addr and s.host and any(a == addr for _, a in s.fields.get("ifaces") or ()):
-            return s.host
-    return None
 
 
 def _named(host: str | None, addr: str | None) -> str | None:
@@ -460,25 +449,7 @@ def _gloo_interface(idx: SignalIndex) -> list[Finding]:
 
 
 def _one_node(idx: SignalIndex) -> bool:
-    """Whether the logs say the job runs on one node (a stated node count of 1, NCCL's
-    nNodes 1), as opposed to saying nothing."""
-    counts = {s.fields.get("n") for s in idx.of("nnodes")}
-    if multi_node(idx):
-        return False
-    return counts == {1} or _every_rank_on_one_host(idx) or \
-        len({s.fields.get("host") for s in idx.of("rank_host")}) == 1
-
-
-def _every_rank_on_one_host(idx: SignalIndex) -> bool:
-    """NCCL's init line of every rank of the communicator ("rank R nranks N"), all from one
-    host: the job is on one node even where it failed before printing nNodes."""
-    inits = idx.of("nccl_init")
-    sizes = {s.fields.get("nranks") for s in inits}
-    hosts = {s.host for s in inits}
-    if len(sizes) != 1 or len(hosts) != 1 or None in hosts:
-        return False
-    n = sizes.pop()
-    return bool(n) and {s.rank for s in inits} == set(range(n))
+    return idx.topology.one_node
 
 
 # ---------------------------------------------------------------------------------------
