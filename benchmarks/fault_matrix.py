@@ -161,8 +161,8 @@ def judge(cell: Cell, doc: dict | None, seconds: float, run_dir: Path) -> Outcom
     top = above[0] if above else None
     cat_ok = bool(top) and top["category"] == want
     cul_ok = cat_ok and culprit_ok(cell, top["culprit"])
-    false = sum(1 for f in above[1:] if f.get("root_cause", True)
-                and f["category"] != want)
+    # one incident, one root cause (issue 29): any other root cause above info is false
+    false = sum(1 for f in above[1:] if f.get("root_cause", True))
     return Outcome(cell, cat_ok, cul_ok, top, false, seconds, stage["status"], str(run_dir))
 
 
