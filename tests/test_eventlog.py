@@ -319,3 +319,32 @@ def test_a_named_pipe_among_the_event_logs_does_not_block_the_reader(tmp_path):
         signal.signal(signal.SIGALRM, previous)
     assert sorted(logs) == [0]
     assert problems[0].file.endswith("rank00001.jsonl") and "named pipe" in problems[0].message
+
+
+def test_a_record_waiting_for_its_values_holds_back_nothing_and_closing_writes_it(
+        tmp_path, monkeypatch):
+    from diag.runtime import eventlog
+
+    class Copy:  # a device-to-host copy in flight until ``done``
+        done = False
+
+        def ready(self):
+            return self.done
+
+    def build(copy, n):
+        return {"kind": "step", "step": n, "read": copy.done}
+
+    first, second = Copy(), Copy()
+    w = EventWriter(tmp_path / "r.jsonl", HEADER, flush_interval=3600)
+    w.emit(eventlog.Awaiting((first, build, 0)))
+    w.emit({"kind": "collective", "step": 1})
+    w.emit(eventlog.Awaiting((second, build, 1)))
+    w.flush()
+    first.done = True
+    w.flush()
+    monkeypatch.setattr(eventlog, "DRAIN_WAIT_S", 0.01)
+    w.close({"kind": "close"})  # the second copy never lands: written without it
+    (segment,), problems = read_events(tmp_path / "r.jsonl")
+    assert problems == []
+    assert [(r["kind"], r.get("step"), r.get("read")) for r in segment.records] == [
+        ("collective", 1, None), ("step", 0, True), ("step", 1, False), ("close", None, None)]

@@ -25,6 +25,8 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
+from diag.runtime import device
+
 # op -> (input arg, output arg, group arg, peer arg); each is (position, keyword) or None.
 _T = (0, "tensor")
 SPECS: dict[str, tuple] = {
@@ -107,6 +109,9 @@ class CollectiveRecorder:
         # (op, seq, a sum, or a DDP bucket's verdict list, is a DDP bucket)
         self.finite_checks: list[tuple[str, int, Any, bool]] = []
         self.buckets = StepBuckets(False)  # this step's DDP buckets
+        # Inside a step on a CUDA machine: [start, end] events per collective issued on
+        # CUDA tensors, read late (device.DeviceStep); None otherwise.
+        self.dev_comm: list | None = None
         self._bucket_plans: dict[tuple, BucketPlan] = {}  # by (id(group), numel, dtype)
 
     def emit_to(self, emit: Callable[[dict], None]) -> None:
@@ -149,7 +154,35 @@ class CollectiveRecorder:
             record, pg = self._begin(op, args, kwargs)
         except Exception:  # noqa: BLE001 - bad arguments: let torch raise its own error
             return fn(*args, **kwargs)
+        if self.dev_comm is not None and op in SPECS:
+            return self._timed_on_device(op, record, pg, fn, args, kwargs)
         return self._timed(record, pg, fn, args, kwargs)
+
+    def _timed_on_device(self, op: str, record: dict, pg, fn: Callable, args: tuple,
+                         kwargs: dict):
+        """``_timed``, and for CUDA tensors the device time too: the call returns once
+        the collective is queued, so ``dur_s`` is only the launch. An event before the
+        call; one after it, which the stream reaches once a synchronous collective is
+        done (the call makes it wait), or, for ``async_op``, from the work's completion
+        callback."""
+        comm = self.dev_comm
+        try:
+            tensor = _first_tensor(op, args, kwargs)
+            pair = [device.mark(), None] if tensor is not None and tensor.is_cuda else None
+        except Exception:  # noqa: BLE001 - untimed rather than in the caller's way
+            pair = None
+        if pair is None:
+            return self._timed(record, pg, fn, args, kwargs)
+        result = self._timed(record, pg, fn, args, kwargs)
+        try:
+            if record["async"]:
+                result.get_future().then(functools.partial(_end_mark, pair))
+            else:
+                pair[1] = device.mark()
+            comm.append(pair)
+        except Exception:  # noqa: BLE001 - no device time for this one; training goes on
+            pass
+        return result
 
     def _timed(self, record: dict, pg, fn: Callable, args: tuple, kwargs: dict):
         """Run the collective, noting its duration, and any error, in its record."""
@@ -279,17 +312,27 @@ class CollectiveRecorder:
         return plan
 
     def first_nonfinite_sent(self, buckets_finite: bool = False) -> dict | None:
-        """The first reduction this step that this rank fed a NaN/Inf into.
+        """The first reduction this step that this rank fed a NaN/Inf into (see
+        ``first_sent``)."""
+        return first_sent(self.take_finite_checks(), buckets_finite)
 
-        ``buckets_finite``: every DDP bucket came back finite from its reduction. A sum
-        is finite only if every rank's input was, so those checks need not be read."""
+    def take_finite_checks(self) -> list:
+        """This step's (op, seq, value, is a DDP bucket) checks, handed over."""
         checks, self.finite_checks = self.finite_checks, []
-        for op, seq, value, bucket in checks:
-            if bucket and buckets_finite:
-                continue
-            if not math.isfinite(value[0] if type(value) is list else float(value)):
-                return {"op": op, "seq": seq}
-        return None
+        return checks
+
+    def device_pair(self) -> list | None:
+        """[start event, None] for a collective on CUDA tensors inside a timed step; its
+        completion callback sets the end (``_end_mark``)."""
+        comm = self.dev_comm
+        if comm is None:
+            return None
+        try:
+            pair = [device.mark(), None]
+        except Exception:  # noqa: BLE001 - DDP's hook must not fail for a timing
+            return None
+        comm.append(pair)
+        return pair
 
     def _begin_batch(self, args: tuple, kwargs: dict) -> tuple[dict, Any]:
         ops = args[0] if args else kwargs.get("p2p_op_list", [])
@@ -319,6 +362,37 @@ class CollectiveRecorder:
         self.step_comm_s += dur
         self.step_count += 1
         self._emit(record)
+
+
+def first_sent(checks: list, buckets_finite: bool = False) -> dict | None:
+    """The first reduction in ``checks`` that this rank fed a NaN/Inf into.
+
+    A value is a sum, a DDP bucket's verdict list, a list of values read back from the
+    device, or None (not read). ``buckets_finite``: every DDP bucket came back finite
+    from its reduction. A sum is finite only if every rank's input was, so those checks
+    need not be read."""
+    for op, seq, value, bucket in checks:
+        if (bucket and buckets_finite) or value is None:
+            continue
+        if not math.isfinite(value[0] if type(value) is list else float(value)):
+            return {"op": op, "seq": seq}
+    return None
+
+
+def _first_tensor(op: str, args: tuple, kwargs: dict):
+    """The first tensor a collective takes or fills, which says where it runs."""
+    in_at, out_at = SPECS[op][:2]
+    found = tensors_of(_arg(args, kwargs, in_at)) or tensors_of(_arg(args, kwargs, out_at))
+    return found[0] if found else None
+
+
+def _end_mark(pair: list, _fut) -> None:
+    """Completion callback: on CUDA it runs on a stream that waits for the collective,
+    so an event recorded there marks its end."""
+    try:
+        pair[1] = device.mark()
+    except Exception:  # noqa: BLE001 - a zero time, not a record that waits forever
+        pair[1] = pair[0]
 
 
 @dataclass(frozen=True)
@@ -530,9 +604,11 @@ def ddp_recording_hook(state, bucket):
     on_device = buffer.is_cuda
     # On CUDA the reduced norm is known only after a sync: keep the pre-launch sum there.
     verdict = [0.0] if step.check and apart and not on_device else None
+    pair = recorder.device_pair() if on_device else None
     work, numel = recorder.bucket_all_reduce(buffer, group, step, verdict)
     return work.get_future().then(functools.partial(
-        _on_reduced, step, on_device, numel, None if verdict is None else (bucket, verdict)))
+        _on_reduced, step, on_device, numel, None if verdict is None else (bucket, verdict),
+        pair))
 
 
 def _first_value(fut):
@@ -549,7 +625,7 @@ class StepBuckets:
         self.check = check  # take each reduced bucket's norm
         self.step = step  # for the bucket records
         self.in_step = step >= 0  # the step end clears it: later buckets are outside
-        self.norms: list = []  # (numel, 2-norm: a float on CPU, else a tensor) per bucket
+        self.norms: list = []  # (numel, 2-norm) per bucket; not taken on CUDA
         self.launched: float | None = None  # monotonic, after the last bucket's launch
         self.done: list[float] = []  # monotonic, as each bucket's all_reduce completed
 
@@ -564,25 +640,28 @@ class StepBuckets:
         return max(0.0, max(self.done) - self.launched)
 
 
-def _on_reduced(step: StepBuckets, on_device: bool, numel: int, judge: tuple | None, fut):
+def _on_reduced(step: StepBuckets, on_device: bool, numel: int, judge: tuple | None,
+                pair: list | None, fut):
     """Completion callback: the reduced bucket, after noting when and, on a step that
     checks gradients, its (numel, norm): the bucket then holds exactly the gradients the
     optimizer sees. On gloo it runs as the reduction ends, on whichever thread sees it
     end. ``judge``: (GradBucket, verdict) where a bucket that came back non-finite has
-    this rank's own part judged (``judge_sent``)."""
+    this rank's own part judged (``judge_sent``). On CUDA it runs on a stream that waits
+    for the reduction: ``pair`` gets the event that ends its device time there, and the
+    gradients are checked from the parameters instead (``instrument.grad_check``)."""
     if not on_device:
         step.done.append(time.monotonic())
+    elif pair is not None:
+        _end_mark(pair, fut)
     bucket = fut.value()[0]
-    if step.check:
+    if step.check and not on_device:
         try:
             # Not a BLAS dot, though one is a quarter faster: on gloo's thread MKL does
             # not follow torch.set_num_threads, and a dot of 263k values took 8 ms
             # (median) on 2 busy cores. torch's own kernels follow it on every thread.
-            norm = torch.linalg.vector_norm(bucket)
-            if not on_device:  # read here, where the kernel's code is still warm
-                norm = norm.item()
-                if judge is not None and not math.isfinite(norm):
-                    judge_sent(*judge)
+            norm = torch.linalg.vector_norm(bucket).item()  # here, where it is warm
+            if judge is not None and not math.isfinite(norm):
+                judge_sent(*judge)
             step.norms.append((numel, norm))
         except Exception:  # noqa: BLE001 - the step end then walks the parameters instead
             pass

@@ -5,6 +5,10 @@ and writes them every ``flush_interval`` seconds, so a slow or full disk costs t
 nothing. Every line goes to an ``O_APPEND`` descriptor in a single ``os.write``, so a
 writer killed mid-record leaves at most one torn last line and concurrent writers never
 interleave half lines. What is written is in the page cache, so it survives SIGKILL.
+
+A record can also wait for its values (``Awaiting``: a copy from the GPU still in
+flight): it waits beside the queue, without holding back the records behind it, and is
+written by the first flush that finds it ready; closing waits for it a bounded time.
 """
 
 from __future__ import annotations
@@ -28,6 +32,10 @@ HEARTBEAT_INTERVAL_S = 1.0
 # Beyond this many unwritten records (a stalled disk) new ones are dropped, not queued,
 # so the writer's memory stays bounded.
 MAX_QUEUE = 200_000
+# How long closing (exit, SIGTERM, SIGINT) waits for records whose values are still on
+# their way. A rank stuck in a collective never finishes its copies, and must still exit:
+# past this, such records are written without those values.
+DRAIN_WAIT_S = 2.0
 
 _live_writers: "weakref.WeakSet[EventWriter]" = weakref.WeakSet()
 
@@ -98,6 +106,24 @@ except ImportError:  # pragma: no cover - orjson is a dependency
         return _json_encode(record) + b"\n"
 
 
+class Awaiting(tuple):
+    """A record whose values are still being produced, as ``(source, build, *values)``:
+    ``source.ready()`` says when they can be read without waiting (a CUDA event's
+    ``query()``), and ``build(source, *values)`` makes the record, reading what is ready
+    and marking what is not (closing writes it anyway after ``DRAIN_WAIT_S``)."""
+
+    __slots__ = ()
+
+    def ready(self) -> bool:
+        try:
+            return self[0].ready()
+        except Exception:  # noqa: BLE001 - a source that cannot tell: build with what it has
+            return True
+
+    def record(self) -> dict:
+        return self[1](self[0], *self[2:])
+
+
 class EventWriter:
     """Appends records to one rank's JSONL file from a background thread."""
 
@@ -115,6 +141,8 @@ class EventWriter:
         self.written = 0
         self.dropped = 0
         self._queue: collections.deque[dict] = collections.deque()
+        self._waiting: list[Awaiting] = []  # taken from the queue before they were ready
+        self._force = False  # closing: write waiting records with what they have
         self._observers: list[Callable[[dict], None]] = []
         self._ticks: list[Callable[[dict], None]] = []
         self._lock = threading.RLock()
@@ -166,6 +194,8 @@ class EventWriter:
         """Write every queued record, one ``os.write`` per line. One loop with no calls
         of its own per record: flushing follows a training step, with cold caches."""
         with self._lock:
+            if self._waiting:
+                self._queue.extendleft(reversed(self._take_ready()))
             queue, fd = self._queue, self._fd
             while queue:
                 record = queue.popleft()
@@ -174,6 +204,9 @@ class EventWriter:
                     continue
                 try:
                     if type(record) is not dict:  # built by its producer's record() here
+                        if type(record) is Awaiting and not (self._force or record.ready()):
+                            self._waiting.append(record)
+                            continue
                         record = record.record()
                     line = encode(record)
                     # A regular file takes the whole line at once; the loop only guards
@@ -188,6 +221,32 @@ class EventWriter:
                 if self._observers:
                     for observe in list(self._observers):
                         self._notify(observe, record, self._observers)
+
+    def _take_ready(self) -> list:
+        """The waiting records that are ready now, oldest first; the rest keep waiting."""
+        ready, waiting = [], []
+        for record in self._waiting:
+            (ready if record.ready() else waiting).append(record)
+        self._waiting = waiting
+        return ready
+
+    def drain(self, wait_s: float | None = None) -> None:
+        """Write every record, waiting up to ``wait_s`` (default ``DRAIN_WAIT_S``) for
+        those whose values are still on their way; past that they are written with what
+        they have. For exit only: the training thread must never wait here."""
+        deadline = time.monotonic() + (DRAIN_WAIT_S if wait_s is None else wait_s)
+        with self._lock:
+            self.flush()
+            while self._waiting and time.monotonic() < deadline:
+                time.sleep(0.001)
+                self.flush()
+            self._queue.extendleft(reversed(self._waiting))
+            self._waiting = []
+            self._force = True
+            try:
+                self.flush()
+            finally:
+                self._force = False
 
     def _notify(self, observe: Callable[[dict], None], record: dict, owners: list) -> None:
         try:
@@ -230,6 +289,7 @@ class EventWriter:
         with self._lock:
             if self._closed:
                 return
+            self.drain()  # before ``final``, which stays the last line
             if final is not None:
                 self._queue.append(final)
             self.flush()
@@ -242,9 +302,10 @@ class EventWriter:
 
 
 def flush_all() -> None:
+    """Write what every writer holds (the process is about to die)."""
     for writer in list(_live_writers):
         try:
-            writer.flush()
+            writer.drain()
             writer.write_heartbeat()
         except Exception:  # noqa: BLE001 - called from signal handlers and atexit
             pass
@@ -256,6 +317,7 @@ def _forget_in_child() -> None:
     for writer in list(_live_writers):
         writer._closed = True
         writer._queue.clear()
+        writer._waiting = []
     _live_writers.clear()
 
 

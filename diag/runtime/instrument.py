@@ -24,9 +24,10 @@ import torch
 import torch.distributed as dist
 
 from diag.format import schema
+from diag.runtime import device
 from diag.runtime.collectives import (CollectiveRecorder, Deferred, StepBuckets, ddp_recording_hook,
-                              dtype_name, hook_state, install)
-from diag.runtime.eventlog import FLUSH_INTERVAL_S, EventWriter, install_signal_flush
+                              dtype_name, first_sent, hook_state, install)
+from diag.runtime.eventlog import FLUSH_INTERVAL_S, Awaiting, EventWriter, install_signal_flush
 from diag.format.names import STEP_PHASES
 from diag.format.rundir import RunDir, ensure_run_json, launcher_run_id, training_run_dir
 
@@ -80,6 +81,12 @@ class _State:
         self.phases: dict[str, float] = {}
         self.pending_phases: dict[str, float] = {}
         self.spans: list[tuple[str, float]] = []
+        # On a CUDA machine (device.on_cuda(), asked at each step's start) steps and
+        # phase spans are also timed with CUDA events, read late (device.DeviceStep).
+        self.timing = False
+        self.dev_start = None  # the event at the current step's start
+        self.dev_phases: list[tuple] = []  # (name, start event, end event)
+        self.pending_dev_phases: list[tuple] = []
         self.internal_errors = 0
         self.recorder = CollectiveRecorder(self.emit, self.context)
         self.hooked_models: set[int] = set()
@@ -256,6 +263,15 @@ def shutdown() -> None:
     state.writer.close(final)
 
 
+def _span_mark(state: _State):
+    """The event a span starts at on CUDA, or None: a span must never raise."""
+    try:
+        return device.mark()
+    except Exception as exc:  # noqa: BLE001
+        state.internal_error("span", exc)
+        return None
+
+
 class span:
     """Time a phase: ``with diag.span("data"): batch = next(it)``.
 
@@ -266,7 +282,7 @@ class span:
     pause from a hang.
     """
 
-    __slots__ = ("name", "_t0", "_wall")
+    __slots__ = ("name", "_t0", "_wall", "_dev")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -276,6 +292,7 @@ class span:
         self._wall = time.time()
         state = _get()
         state.spans.append((self.name, self._wall))
+        self._dev = _span_mark(state) if state.timing else None
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -288,8 +305,12 @@ class span:
                 state.spans.pop()
             if state.in_step:
                 state.phases[self.name] = state.phases.get(self.name, 0.0) + dur
+                if self._dev is not None:
+                    state.dev_phases.append((self.name, self._dev, device.mark()))
             elif self.name in STEP_PHASES:
                 state.pending_phases[self.name] = state.pending_phases.get(self.name, 0.0) + dur
+                if self._dev is not None:
+                    state.pending_dev_phases.append((self.name, self._dev, device.mark()))
             else:
                 state.emit({"kind": "span", **state.context(), "name": self.name,
                             "start": self._wall, "dur_s": dur})
@@ -345,6 +366,9 @@ def _begin_step(state: _State, model, args: tuple, kwargs: dict, grad_every: int
     state.pending_phases = {}
     state.recorder.step_comm_s = 0.0
     state.recorder.step_count = 0
+    state.timing = device.on_cuda()
+    if state.timing:
+        _begin_device_step(state)
     check = model is not None and state.step % grad_every == 0
     state.grad_model = model if check else None
     state.grad_taken = None
@@ -352,6 +376,12 @@ def _begin_step(state: _State, model, args: tuple, kwargs: dict, grad_every: int
     state.recorder.finite_checks = []  # a step that raised left its own behind
     state.recorder.buckets = StepBuckets(check, state.step)
     state._args = arg_shapes(args, kwargs)
+
+
+def _begin_device_step(state: _State) -> None:
+    state.dev_start = device.mark()
+    state.dev_phases, state.pending_dev_phases = state.pending_dev_phases, []
+    state.recorder.dev_comm = []
 
 
 def _end_step(state: _State, model, grad_every: int, result) -> None:
@@ -368,24 +398,65 @@ def _end_step(state: _State, model, grad_every: int, result) -> None:
     state.last_step_end = now
     # The record is built on the writer thread (``_step_record``): here, cold after the
     # step's own work, building the dict cost more than taking its values.
-    state.writer.emit(Deferred((_step_record, state.where, state.step, time.time(), now,
-                         now - state._t0, iter_s, state.phases, state._args,
-                         loss_of(result), recorder.step_comm_s, recorder.step_count,
-                         buckets, grad)))
+    head = (state.where, state.step, time.time(), now, now - state._t0, iter_s, state.phases,
+            state._args, recorder.step_comm_s, recorder.step_count, buckets)
+    loss = loss_of(result)
+    if state.timing or isinstance(loss, torch.Tensor) or type(grad) is LateGrad:
+        state.writer.emit(_awaiting_step(state, head, loss, grad))
+    else:
+        state.writer.emit(Deferred((_step_record, *head, loss, grad)))
+
+
+def _awaiting_step(state: _State, head: tuple, loss, grad) -> Awaiting:
+    """The step record of a step on a CUDA device: its values are copied to the host
+    without waiting, and the record is built once the copy has completed."""
+    dev = device.DeviceStep(state.dev_start if state.timing else None, state.dev_phases,
+                            state.recorder.dev_comm)
+    state.dev_phases, state.recorder.dev_comm = [], None
+    if isinstance(loss, torch.Tensor):
+        loss = dev.add(loss)
+    if type(grad) is LateGrad:
+        grad.send(dev)
+    dev.send()
+    return Awaiting((dev, _late_step_record, loss, grad, *head))
+
+
+def _late_step_record(dev: device.DeviceStep, loss, grad, *head) -> dict:
+    """A step record with the values and timings read back from the device. What the
+    copy has not delivered (the log closed first) is null, and ``unread`` says so."""
+    values = dev.values()
+    if type(loss) is slice:
+        loss = None if values is None else float(values[loss][0])  # an int loss too
+    if type(grad) is LateGrad:
+        grad = grad.read(values)
+    record = _step_record(*head, loss, grad)
+    record.update(dev.timings())
+    if dev.unread:
+        record["unread"] = True
+    return record
 
 
 def _grad_fields(state: _State, model, buckets: StepBuckets) -> tuple:
     """(grad_norm, nonfinite, sent_nonfinite) of the step that just ended: from the
-    gradients read before the optimizer stepped, else from those left at the end."""
+    gradients read before the optimizer stepped, else from those left at the end. On
+    CUDA a ``LateGrad``, read once the step's values are copied to the host."""
     total = bucket_total(buckets.norms)
     taken = state.grad_taken
     if taken is None:
         taken = grad_check(model, total)
         if not taken[0] and not state.warned_no_grads:  # None, or 0.0: all zeroed
             _warn_no_grads(state)
-    sent = state.recorder.first_nonfinite_sent(
+    recorder = state.recorder
+    if type(taken[0]) is LateNorms or any(_on_device(c[2]) for c in recorder.finite_checks):
+        return LateGrad(taken, recorder.take_finite_checks())
+    sent = recorder.first_nonfinite_sent(
         buckets_finite=total is not None and math.isfinite(total[1]))
     return taken[0], taken[1], sent
+
+
+def _on_device(value) -> bool:
+    """Whether a value (a loss, a reduction's finite check) is still on a CUDA device."""
+    return isinstance(value, torch.Tensor) and value.is_cuda
 
 
 def _warn_no_grads(state: _State) -> None:
@@ -424,8 +495,8 @@ def _steps_the_model(state: _State, optimizer, model) -> bool:
 
 
 def _step_record(where: _Rank, step: int, t: float, mono: float, dur_s: float,
-                 iter_s: float | None, phases: dict, shapes: list, loss: float | None,
-                 comm_s: float, ncoll: int, buckets: StepBuckets, grad: tuple | None) -> dict:
+                 iter_s: float | None, phases: dict, shapes: list, comm_s: float, ncoll: int,
+                 buckets: StepBuckets, loss: float | None, grad: tuple | None) -> dict:
     """A step record, from the values ``_end_step`` took. Durations go out unrounded."""
     record = {"kind": "step", "rank": where.rank, "pid": where.pid, "step": step,
               "in_step": True, "t": t, "mono": mono, "dur_s": dur_s, "iter_s": iter_s,
@@ -442,6 +513,7 @@ def _step_record(where: _Rank, step: int, t: float, mono: float, dur_s: float,
 def _record_exception(state: _State, exc: BaseException, span: str | None = None) -> None:
     try:
         state.in_step = False
+        state.recorder.dev_comm, state.dev_phases = None, []
         state.recorder.check_finite = False
         state.recorder.buckets.in_step = False
         where = {"span": span} if span else {}
@@ -458,6 +530,9 @@ def _hook_model(state: _State, model) -> None:
     if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
         _hook_optimizers(state)
         return
+    params = _named_parameters(model)[0]
+    if params and params[0][1].is_cuda:  # its buckets' norms would need a sync to read
+        _hook_optimizers(state)
     if not state.want_collectives or getattr(model, "_comm_hooks", None):
         return  # the user's own hook stays; a Python hook goes through our wrappers anyway
     try:
@@ -468,8 +543,9 @@ def _hook_model(state: _State, model) -> None:
 
 
 def _hook_optimizers(state: _State) -> None:
-    """DDP's gradients are read from its reduced buckets as they come back; any other
-    model's just before the optimizer steps (``_before_optimizer_step``)."""
+    """DDP's gradients are read from its reduced buckets as they come back (on CPU);
+    any other model's, and on CUDA DDP's too, just before the optimizer steps
+    (``_before_optimizer_step``)."""
     if state.optimizer_hook is None:
         from torch.optim.optimizer import register_optimizer_step_pre_hook
 
@@ -517,14 +593,18 @@ def shape_fields(shapes: list[tuple]) -> list[dict]:
             for name, shape, dtype in shapes]
 
 
-def loss_of(result) -> float | None:
+def loss_of(result):
     """The loss when the step returns one: a scalar, a 1-element tensor, a dict's "loss",
-    or the first element of a tuple."""
+    or the first element of a tuple. A float, or None; a CUDA tensor is returned as
+    it is, to be read once copied to the host (reading it here would wait for the
+    device)."""
     if isinstance(result, dict):
         result = result.get("loss")
     elif isinstance(result, (tuple, list)) and result:
         result = result[0]
     if isinstance(result, torch.Tensor):
+        if result.is_cuda:
+            return result.detach() if result.numel() == 1 and not result.is_complex() else None
         try:  # one call: item() takes any 1-element tensor and refuses the rest
             return float(result.item())
         except (RuntimeError, ValueError, TypeError):
@@ -578,7 +658,8 @@ def grad_check(model, buckets: tuple[int, float] | None = None
     comes from them without walking the parameters. A finite total means every gradient
     is finite, so the per-parameter search runs only on a bad step. Sharded (DTensor)
     gradients are checked on the local shard, so the check issues no collective of its
-    own; the norm is then this rank's shard norm.
+    own; the norm is then this rank's shard norm. On CUDA, (``LateNorms``, None): the
+    per-parameter norms, taken now and read once copied to the host.
     """
     params, trainable = _named_parameters(model)
     if buckets is not None and buckets[0] == trainable and math.isfinite(buckets[1]):
@@ -587,6 +668,9 @@ def grad_check(model, buckets: tuple[int, float] | None = None
     if not named:
         return None, None
     grads = [g.to_local() if hasattr(g, "to_local") else g for _, g in named]
+    if grads[0].is_cuda:  # read once copied to the host (LateGrad): no sync here
+        norms = torch._foreach_norm(grads, dtype=torch.float32)
+        return LateNorms([name for name, _ in named], norms), None
     norms = torch._foreach_norm(grads)
     total = total_norm(norms)
     if math.isfinite(total):
@@ -596,6 +680,68 @@ def grad_check(model, buckets: tuple[int, float] | None = None
             kind = "nan" if bool(torch.isnan(grad).any()) else "inf"
             return total, {"param": name.removeprefix("module."), "kind": kind}
     return total, None
+
+
+class LateNorms:
+    """Per-parameter gradient norms still on the device, taken at the moment of the
+    check (before the optimizer steps, or at the step end), with the parameters' names."""
+
+    __slots__ = ("names", "norms")
+
+    def __init__(self, names: list[str], norms: list) -> None:
+        self.names, self.norms = names, norms
+
+
+def grad_from_norms(names: list[str], norms: list[float]) -> tuple[float, dict | None]:
+    """(grad_norm, nonfinite) from per-parameter norms read back from the device. A norm
+    is NaN when its gradient holds a NaN, else Inf when it holds an Inf, which names the
+    kind as ``grad_check``'s element search does."""
+    total = math.sqrt(sum(n * n for n in norms))
+    if math.isfinite(total):
+        return total, None
+    for name, norm in zip(names, norms):
+        if not math.isfinite(norm):
+            return total, {"param": name.removeprefix("module."),
+                           "kind": "nan" if math.isnan(norm) else "inf"}
+    return total, None
+
+
+class LateGrad:
+    """A step's gradient fields while some are on the device: ``taken``, the check's
+    (norm, nonfinite) or (LateNorms, None); ``checks``, the reductions' finite checks
+    (``collectives.first_sent``). ``send`` queues the device ones for the step's copy,
+    ``read`` makes (grad_norm, nonfinite, sent_nonfinite) from what came back."""
+
+    __slots__ = ("taken", "checks")
+
+    def __init__(self, taken: tuple, checks: list) -> None:
+        self.taken, self.checks = taken, checks
+
+    def send(self, dev: device.DeviceStep) -> None:
+        late = self.taken[0]
+        if type(late) is LateNorms:
+            self.taken = (dev.add(device.stack(late.norms)), late.names)
+        self.checks = [(op, seq, dev.add(value) if _on_device(value) else value, bucket)
+                       for op, seq, value, bucket in self.checks]
+
+    def read(self, values: list | None) -> tuple:
+        at = self.taken[0]
+        if type(at) is not slice:
+            norm, nonfinite = self.taken
+        elif values is None:
+            norm = nonfinite = None
+        else:
+            norm, nonfinite = grad_from_norms(self.taken[1], values[at])
+        checks = [(op, seq, _value(values, v), bucket) for op, seq, v, bucket in self.checks]
+        return norm, nonfinite, first_sent(checks)
+
+
+def _value(values: list | None, value):
+    """``value``, or where it is a slice of the step's copy, what the copy holds there
+    (None when it was not read)."""
+    if type(value) is not slice:
+        return value
+    return None if values is None else values[value]
 
 
 def total_norm(norms: list) -> float:
