@@ -50,9 +50,9 @@ class Topology:
         return self.addr_host.get(addr) if addr else None
 
 
-def build(idx) -> Topology:
-    from diag.analyze.detectors.common import is_loopback  # common builds this: no cycle
-
+def build(idx, is_loopback) -> Topology:
+    """``is_loopback(name)``: the address classifier of detectors/common.py, which builds
+    this (passed in, so that this module imports nothing of the detectors)."""
     hosts = {h for h in {s.host for s in idx.signals if s.host} if not is_loopback(h)}
     stated = {s.fields.get("n") for s in idx.of("nnodes")}
     boots = idx.of("nccl_bootstrap")

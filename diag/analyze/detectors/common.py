@@ -130,7 +130,7 @@ class SignalIndex:
     @functools.cached_property
     def topology(self) -> Topology:
         """Hosts, nodes, addresses and ranks: built once, asked by every principle."""
-        return topology.build(self)
+        return topology.build(self, is_loopback)
 
 
 def index(inputs) -> SignalIndex:
