@@ -12,18 +12,22 @@ the *state* its innermost frames show:
 - ``backward``: in the autograd engine, where DDP's and FSDP's gradient all_reduces are
   issued and waited on: a rank blocked there with the others in a collective waits too;
 - ``data``: in a DataLoader's queue get or a worker's result: waiting on its own input;
-- ``io``: sleeping, reading or writing files, sockets or subprocesses;
+- ``io``: sleeping, reading or writing files, sockets or subprocesses (also a stack that
+  ends in the user's code while py-spy says the thread is idle: a C call of its own);
 - ``compute``: anything else (the rank is busy in its own code).
 
-The odd ones out are the ranks not in the largest waiting group: when most ranks wait in
-a collective and some do not, those are the culprits (``rank_hang``); when they wait in a
-*different* collective, the ranks disagree on the sequence (``collective_mismatch``).
+The verdict (``verdict``): when some ranks wait in a collective and a minority does not,
+that minority is the culprit (``rank_hang``); when every rank waits but in *different*
+collectives, the ranks disagree on the sequence (``collective_mismatch``), and the culprit
+is the side the others never reach: the minority, or, with no majority, the side further
+off the training loop's path (``ROLES``: a control collective before one the user's code
+called, before DDP's or FSDP's own). Every rank in one collective is a note, naming no rank.
 Pure: no I/O; the loaders build the stacks (py-spy JSON, py-spy text, faulthandler).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from diag.analyze.catalog import collective_frames
 from diag.verdict import Category, Culprit, Evidence, Finding, Severity
@@ -73,6 +77,9 @@ class Stack:
     line: int | None = None
     host: str | None = None
     pid: int | None = None
+    # py-spy's "active": False when the thread sleeps in the kernel (a C call py-spy cannot
+    # name: time.sleep, a file write, a lock); None when the dump does not say
+    idle: bool | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -86,9 +93,16 @@ class Group:
     def ranks(self) -> list[int]:
         return sorted(s.rank for s in self.stacks if s.rank is not None)
 
+    @property
+    def user(self) -> Frame | None:
+        """The innermost frame of the user's own code: where in the training script."""
+        return next((f for f in self.frames if f.user), None)
+
     def to_json(self) -> dict:
         return {"ranks": self.ranks, "size": len(self.stacks), "state": self.state,
                 "at": str(self.at) if self.at else None,
+                "user_frame": str(self.user) if self.user else None,
+                "role": role_of(self.frames)[0] if self.state in WAITING else None,
                 "frames": [str(f) for f in self.frames[:12]]}
 
 
@@ -137,6 +151,8 @@ def group(stacks: list[Stack]) -> list[Group]:
         key = place(stack.frames)
         if key not in by_key:
             state, at = state_of(stack.frames)
+            if state == "compute" and stack.idle:  # in a C call of its own code: blocked
+                state = "io"
             by_key[key] = Group(stack.frames, state, at)
         by_key[key].stacks.append(stack)
     return sorted(by_key.values(), key=lambda g: (-len(g.stacks), g.ranks[:1] or [1 << 30]))
@@ -151,86 +167,262 @@ def place(frames: tuple[Frame, ...]) -> tuple:
     return tuple(key)
 
 
+# ---------------------------------------------------------------------------------------
+# verdicts
+
+ROLES = ("training", "issued", "control")
+"""Who issued the collective a waiting rank is in, from the least to the most likely to be
+one the other ranks never reach: the training loop's own (DDP's gradient all_reduce in
+backward and buffer broadcast in forward, FSDP's, ZeRO's and Megatron's gathers and
+reductions: every rank reaches them every step), one the user's code called itself (an
+all_reduce of a metric), and a control collective (a barrier, an object collective, a
+group's creation, a store wait, init_process_group): what a rank-conditional branch adds."""
+_CONTROL_KINDS = collective_frames.CONTROL_KINDS | {"store", "init"}
+# the frameworks that issue the training loop's collectives from forward, backward or step
+_TRAINING_PATHS = ("torch/nn/parallel/", "torch/distributed/fsdp/",
+                   "torch/distributed/_composable/", "torch/distributed/pipelining/",
+                   "torch/distributed/algorithms/", "torch/autograd/", "deepspeed/runtime/",
+                   "megatron/core/")
+_ROLE_TEXT = {"control": "a control collective (a barrier, an object collective, a store "
+                         "wait)",
+              "issued": "a collective its own code called",
+              "training": "the training loop's own (DDP/FSDP in forward or backward), which "
+                          "every rank reaches each step"}
+
+
+def role_of(frames: tuple[Frame, ...]) -> tuple[str, Frame | None]:
+    """Who issued the collective a waiting stack is in (one of ``ROLES``) and the frame that
+    says so, looking outwards from the innermost frame up to the user's code."""
+    training = None
+    for f in frames:
+        if f.user:
+            break
+        path = f.file.replace("\\", "/")
+        hit = collective_frames.lookup(path, f.func)
+        if hit is not None and hit.kind in _CONTROL_KINDS:
+            return "control", f
+        if training is None and any(p in path for p in _TRAINING_PATHS):
+            training = f
+    if training is not None:
+        return "training", training
+    return "issued", next((f for f in frames if f.user), None)
+
+
+def verdict(groups: list[Group], missing: tuple[int, ...] = ()) -> Finding | None:
+    """What a snapshot of the job's stacks says: the odd ones out (``odd_ones``), else a
+    note when every rank waits in one collective (``stall``). ``missing``: ranks of the job
+    whose stack is not among them."""
+    found = odd_ones(groups)
+    if found is None:
+        return stall(groups, missing)
+    if missing:
+        found = replace(found, details={**found.details, "not_captured": list(missing)})
+    return found
+
+
 def odd_ones(groups: list[Group]) -> Finding | None:
-    """The ranks somewhere else than the waiting majority, as a finding; None when every
-    rank is in one place, no group waits on the others, there is no majority (three or
-    more stacks, all different), or too many are elsewhere to name (over a third)."""
+    """The ranks somewhere else than the others, as a finding. Some ranks in data, io or
+    compute while the others wait: those (``rank_hang``; None when no group waits, when
+    three or more stacks are all different, or over a third are elsewhere). Every rank
+    waiting, in different collectives: ``collective_mismatch`` (``_disagreement``)."""
     if len(groups) < 2:
         return None
     waiting = [g for g in groups if g.state in WAITING]
     if not waiting:
         return None
-    total = sum(len(g.stacks) for g in groups)
+    if len(waiting) < len(groups):
+        return _stray(groups, waiting)
+    return _disagreement(waiting)
+
+
+def _stray(groups: list[Group], waiting: list[Group]) -> Finding | None:
+    total = _size(groups)
+    # the first of equals: groups come largest first, then by lowest rank
     main = max(waiting, key=lambda g: len(g.stacks))
-    if total > 2 and len(main.stacks) == 1:
-        return None
     others = [g for g in groups if g is not main]
-    if total > 2 and sum(len(g.stacks) for g in others) > max(1, total // 3):
+    if total > 2 and (len(main.stacks) == 1 or _size(others) > max(1, total // 3)):
         return None
-    stray = [g for g in others if g.state not in WAITING]
-    if stray:
-        return _hang(main, stray, total)
-    elsewhere = [g for g in others if g.state == "collective" and g.at and main.at
-                 and g.at.func != main.at.func]
-    if main.state == "collective" and elsewhere:
-        return _mismatch(main, elsewhere)
-    return None  # the same wait reached from elsewhere: nothing says which side is wrong
+    return _hang(main, [g for g in others if g.state not in WAITING], total)
+
+
+def _disagreement(waiting: list[Group]) -> Finding | None:
+    """Every group waits: in one collective (whatever the call sites) nothing says which
+    side is wrong, or the ranks are a moment apart; in different ones, the side the others
+    never reach is the minority, or, with no majority, the one further off the training
+    loop's path (``ROLES``)."""
+    sides: dict[tuple, list[Group]] = {}
+    for g in waiting:
+        sides.setdefault(_collective(g), []).append(g)
+    if len(sides) < 2:
+        return None
+    ranked = sorted(sides.values(), key=lambda side: -_size(side))
+    if _size(ranked[0]) > _size(ranked[1]):
+        return _mismatch(ranked[0], [g for side in ranked[1:] for g in side], "majority")
+    roles = [ROLES.index(role_of(side[0].frames)[0]) for side in ranked]
+    top = [side for side, r in zip(ranked, roles) if r == max(roles)]
+    if len(top) > 1:
+        return _mismatch([g for side in ranked for g in side], [], None)
+    rest = [g for side in ranked if side is not top[0] for g in side]
+    return _mismatch(rest, top[0], "role")
+
+
+def _collective(g: Group) -> tuple:
+    """Which collective a waiting group is in: its innermost collective frame (in backward:
+    the autograd engine), whatever the call site."""
+    if g.at is None:
+        return (g.state,)
+    return g.at.func, g.at.file.replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def stall(groups: list[Group], missing: tuple[int, ...] = ()) -> Finding | None:
+    """Every captured rank waiting in one collective: no rank is elsewhere. One snapshot
+    cannot tell a healthy job caught in a collective from a stalled one, so this is a note
+    (INFO), naming no rank: if the ranks stay there, the job's communication stalled (the
+    network, the collective library, a GPU), or a rank not captured holds them up."""
+    if not groups or any(g.state not in WAITING for g in groups) \
+            or len({_collective(g) for g in groups}) != 1:
+        return None
+    first, total = groups[0], _size(groups)
+    if missing:
+        title = (f"every captured rank ({total}) waits in {_where(first)}; not captured: "
+                 f"{_ranks_text(list(missing))}, where the rank they wait for may be")
+    else:
+        title = (f"every rank ({total}) waits in {_where(first)}: no rank is elsewhere; if "
+                 "they stay there, it is a stall of the job's communication, not one rank")
+    return Finding(Category.OTHER, Severity.INFO, 0.3, title, Culprit(), _evidence(first),
+                   _STALL_FIX, "stacks", False, None,
+                   {"groups": [g.to_json() for g in groups], "not_captured": list(missing)})
 
 
 def _hang(main: Group, stray: list[Group], total: int) -> Finding:
     culprits = [s for g in stray for s in g.stacks]
     ranks = sorted(s.rank for s in culprits if s.rank is not None)
     first = stray[0]
-    who = _who(first)
-    title = (f"{who} is in {_where(first)} ({first.state}) while {_count(main)} "
-             f"wait in {_where(main)}")
+    title = (f"{_who(first)} is in {_STATE_TEXT[first.state]} at {_where(first)}, while "
+             f"{_count(main)} {_verb(main, 'wait')} in {_where(main)}")
     sure = 0.85 if len(main.stacks) > len(culprits) else 0.65  # a 1:1 tie rests on the states
     return Finding(Category.RANK_HANG, Severity.CRITICAL, sure, title,
                    Culprit(tuple(ranks), _hosts(culprits)), _evidence(first, main),
                    _HANG_FIX[first.state], "stacks", True, None,
-                   {"groups": [g.to_json() for g in [main, *stray]], "ranks_seen": total})
+                   {"groups": [g.to_json() for g in [main, *stray]], "ranks_seen": total,
+                    "user_frame": _frame_json(first.user), "culprit_pids": _pids(culprits)})
 
 
-def _mismatch(main: Group, others: list[Group]) -> Finding:
-    culprits = [s for g in others for s in g.stacks]
-    ranks = sorted(s.rank for s in culprits if s.rank is not None)
-    title = (f"{_who(others[0])} waits in {_where(others[0])} while {_count(main)} wait in "
-             f"{_where(main)}: the ranks issued different collectives")
-    sure = 0.75 if len(main.stacks) > len(culprits) else 0.55
-    return Finding(Category.COLLECTIVE_MISMATCH, Severity.CRITICAL, sure, title,
-                   Culprit(tuple(ranks), _hosts(culprits)), _evidence(others[0], main),
-                   _MISMATCH_FIX, "stacks", True, None,
-                   {"groups": [g.to_json() for g in [main, *others]]})
+def _mismatch(main: list[Group], culprit: list[Group], basis: str | None) -> Finding:
+    """``main`` waits in one collective, ``culprit`` in another that ``main`` never reaches
+    (decided by ``basis``: "majority" or "role"); no culprit when nothing decides."""
+    stacks = [s for g in culprit for s in g.stacks]
+    # undecided: ``main`` holds every side, in order; quote the first and the last
+    odd, other = (culprit[0], main[0]) if culprit else (main[0], main[-1])
+    role, role_other = role_of(odd.frames), role_of(other.frames)
+    title = (f"{_who(odd)} {_verb(odd, 'wait')} in {_where(odd)} while {_count(other)} "
+             f"{_verb(other, 'wait')} in {_where(other)}: the ranks issued different "
+             f"collectives; {_decided(odd, role[0], other, role_other[0], basis)}")
+    culprits = Culprit(tuple(sorted(s.rank for s in stacks if s.rank is not None)),
+                       _hosts(stacks))
+    details = {"groups": [g.to_json() for g in [*culprit, *main]], "decided_by": basis,
+               "roles": {_who(odd): [role[0], str(role[1])],
+                         _who(other): [role_other[0], str(role_other[1])]},
+               "user_frame": _frame_json(odd.user) if culprit else None,
+               "culprit_pids": _pids(stacks)}
+    return Finding(Category.COLLECTIVE_MISMATCH, Severity.CRITICAL,
+                   _mismatch_confidence(basis, role[0], role_other[0]), title, culprits,
+                   _evidence(odd, other), _MISMATCH_FIX[role[0] if culprit else None],
+                   "stacks", True, None, details)
 
 
+def _decided(odd: Group, role: str, other: Group, role_other: str, basis: str | None) -> str:
+    if basis == "majority":
+        return f"{_who(odd)} left the sequence the others follow"
+    if basis == "role":
+        return (f"{_who(odd)}'s is {_ROLE_TEXT[role]} and {_who(other)}'s "
+                f"{_ROLE_TEXT[role_other]}: {_who(odd)} left the sequence")
+    return "the frames do not say which side left the sequence"
+
+
+def _mismatch_confidence(basis: str | None, role: str, role_other: str) -> float:
+    if basis == "majority":
+        return 0.8 if ROLES.index(role) >= ROLES.index(role_other) else 0.6
+    if basis == "role":
+        return 0.65 if (role, role_other) == ("control", "training") else 0.55
+    return 0.4
+
+
+_STATE_TEXT = {"data": "data loading", "io": "I/O or a sleep (blocked outside the job)",
+               "compute": "its own code"}
+_TIMEOUT = ("the others' collective fails once the process-group timeout expires "
+            "(init_process_group(timeout=...); 30 min by default for gloo, 10 min for NCCL; "
+            "ddiag cannot read the job's own value from outside it)")
 _HANG_FIX = {
     "data": ("that rank waits on its own DataLoader: a worker is stuck (I/O on a network "
              "filesystem, a deadlocked worker, an exhausted or unevenly sharded dataset). "
              "py-spy dump its DataLoader worker processes; check that every rank gets the "
-             "same number of batches (DistributedSampler, drop_last)"),
+             "same number of batches (DistributedSampler, drop_last); give the DataLoader a "
+             "timeout= so that it raises"),
     "io": ("that rank is blocked on I/O or sleeping (a checkpoint write, a download, a "
-           "lock): do such work on every rank or before the collectives, or raise the "
-           "process-group timeout if it is legitimate"),
+           f"lock) while the others wait; {_TIMEOUT}. Do such work on every rank or outside "
+           "the training step, or, if it is legitimate, raise the process-group timeout "
+           "above its duration"),
     "compute": ("that rank is busy in its own code while the others wait: a rank-only "
-                "branch (evaluation, logging, saving on rank 0) or a slow step; make every "
-                "rank reach the collective, or move the work outside the training loop"),
+                "branch (evaluation, logging, saving on rank 0) or a slow step; "
+                f"{_TIMEOUT}. Make every rank reach the collective, move the work outside "
+                "the training loop, or raise the timeout above its duration"),
 }
-_MISMATCH_FIX = ("every rank must issue the same collectives in the same order: look for a "
-                 "collective inside a rank-dependent branch or a data-dependent loop")
+_MISMATCH_FIX = {
+    None: ("every rank must issue the same collectives in the same order: look for a "
+           "collective inside a rank-dependent branch or a data-dependent loop"),
+    "control": ("that rank is in a barrier or object collective the others never call: one "
+                "inside `if rank == 0:` (after a save, a log, an evaluation) or an early exit "
+                "on some ranks. Call it on every rank, outside the branch, or drop it"),
+    "issued": ("that rank is in a collective its own code called where the others did not "
+               "(an evaluation or metric all_reduce under `if rank == 0:`): every rank must "
+               "call it, or none"),
+    "training": ("that rank is in the training loop's collective while the others left the "
+                 "loop's sequence: look for a collective inside a rank-dependent branch or "
+                 "uneven batches per rank (DistributedSampler, drop_last)"),
+}
+_STALL_FIX = ("take another snapshot in a few seconds: if every rank is still there, no rank "
+              "holds the others up from its own code; check the network and the collective "
+              "library (NCCL_DEBUG=INFO, `ddiag check-env`), the GPUs, and any rank of the "
+              "job that was not captured (other hosts: run `ddiag stacks` there, or "
+              "--slurm-job)")
 
 
 def _where(g: Group) -> str:
-    return f"{g.at.func} ({_short(g.at.file)}:{g.at.line})" if g.at else "?"
+    if g.at is None:
+        return "?"
+    user = g.user
+    caller = f", called from {_frame_text(user)}" if user is not None and user != g.at else ""
+    return _frame_text(g.at) + caller
+
+
+def _frame_text(f: Frame) -> str:
+    return f"{f.func} ({_short(f.file)}:{f.line})"
+
+
+def _frame_json(f: Frame | None) -> dict | None:
+    return {"func": f.func, "file": f.file, "line": f.line} if f is not None else None
 
 
 def _short(path: str) -> str:
     return "/".join(path.replace("\\", "/").split("/")[-2:])
 
 
+def _size(groups: list[Group]) -> int:
+    return sum(len(g.stacks) for g in groups)
+
+
 def _who(g: Group) -> str:
     ranks = g.ranks
-    if not ranks:
-        return f"{len(g.stacks)} process(es)"
+    if ranks:
+        return _ranks_text(ranks)
+    pids = [s.pid for s in g.stacks if s.pid is not None]
+    if len(pids) == len(g.stacks):
+        return ("process " if len(pids) == 1 else "processes ") + ", ".join(map(str, pids[:8]))
+    return f"{len(g.stacks)} process(es)"
+
+
+def _ranks_text(ranks: list[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks[:8])) + \
         (" ..." if len(ranks) > 8 else "")
 
@@ -239,18 +431,25 @@ def _count(g: Group) -> str:
     return _who(g) if len(g.stacks) <= 3 else f"{len(g.stacks)} ranks"
 
 
+def _verb(g: Group, verb: str) -> str:
+    return verb + "s" if len(g.stacks) == 1 else verb
+
+
+def _pids(stacks: list[Stack]) -> list[int]:
+    return sorted(s.pid for s in stacks if s.pid is not None)
+
+
 def _hosts(stacks: list[Stack]) -> tuple[str, ...]:
     return tuple(sorted({s.host for s in stacks if s.host}))
 
 
-def _evidence(odd: Group, main: Group) -> tuple[Evidence, ...]:
+def _evidence(*groups: Group) -> tuple[Evidence, ...]:
     out = []
-    for g in (odd, main):
+    for g in groups:
         s = g.stacks[0]
         shown = list(g.frames[:3])
-        user = next((f for f in g.frames if f.user), None)
-        if user is not None and user not in shown:
-            shown.append(user)
+        if g.user is not None and g.user not in shown:
+            shown.append(g.user)
         who = f"rank {s.rank}" if s.rank is not None else f"pid {s.pid}" if s.pid else "process"
         out += [Evidence(s.source, f.at if f.at is not None else s.line, f"{who}: {f}")
                 for f in shown]
@@ -271,4 +470,6 @@ def from_pyspy(doc, rank: int | None, source: str, host: str | None = None) -> S
                          f.get("line") if type(f.get("line")) is int else None)
                    for f in main.get("frames", []) if isinstance(f, dict))
     pid = main.get("pid") if type(main.get("pid")) is int else None
-    return Stack(rank, frames[:MAX_FRAMES], source, None, host, pid)
+    active = main.get("active")
+    return Stack(rank, frames[:MAX_FRAMES], source, None, host, pid,
+                 (not active) if type(active) is bool else None)

@@ -21,8 +21,9 @@ from diag.cli.output import emit_json, fail, say
 def stacks(pid: int | None, slurm_job: str | None, out: Path | None, as_json: bool) -> None:
     """Capture every rank's Python stack (py-spy), group identical stacks, name the odd ones.
 
-    Exit 0 when every rank was captured and none is elsewhere than the others, 1 when some
-    rank is (the finding says which and where), 2 when no rank could be found or captured.
+    Exit 1 when the stacks name a cause (a rank elsewhere than the others, ranks in
+    different collectives: the finding says which and where), 0 when they do not, 2 when
+    no rank could be found or captured.
 
     \b
     Examples:
@@ -46,7 +47,7 @@ def stacks(pid: int | None, slurm_job: str | None, out: Path | None, as_json: bo
         emit_json(result.to_json())
     else:
         render_stacks(result)
-    sys.exit(1 if result.finding else 0)
+    sys.exit(1 if result.names_a_cause else 0)
 
 
 def _from_pid(pid: int, run_dir: Path, as_json: bool) -> list:

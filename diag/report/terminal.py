@@ -157,9 +157,16 @@ def render_stacks(result, console: Console | None = None) -> None:
             who = (f"rank {c.process.rank} (pid {c.process.pid})" if c.process.rank is not None
                    else str(c.process.host))
             console.print(Text(plain(f"{who}: {c.error}"), style="yellow"))
-    if result.finding is not None:
-        console.print(Text(plain(f"odd one out: {result.finding.title}"), style="bold red"))
-        console.print(Text(plain(f"fix: {result.finding.fix}")))
+    finding = result.finding
+    if finding is not None and result.names_a_cause:
+        who = ", ".join(map(str, finding.culprit.ranks)) or "not decided"
+        console.print(Text(plain(f"{finding.category.value} (culprit rank: {who}, confidence "
+                                 f"{finding.confidence:.2f}): {finding.title}"),
+                           style="bold red"))
+        console.print(Text(plain(f"fix: {finding.fix}")))
+    elif finding is not None:
+        console.print(Text(plain(f"note: {finding.title}"), style="bold"))
+        console.print(Text(plain(f"next: {finding.fix}")))
     elif len(result.groups) == 1:
         console.print(f"all {result.captured} captured ranks are in the same place")
     console.print(f"dumps: {quote(str(result.run_dir / 'stacks'))} (ddiag analyze reads them)")

@@ -18,7 +18,7 @@ from pathlib import Path
 from diag.analyze import stackgroups
 from diag.format import schema
 from diag.format.rundir import RunDir
-from diag.verdict import Finding
+from diag.verdict import Finding, Severity
 from diag.watch.capture import pyspy_dump, write_replacing
 from diag.watch.discover import RankProcess, still_rank
 
@@ -67,13 +67,18 @@ def write_record(run_dir: Path, captures: list[StackCapture]) -> Path:
 
 @dataclass
 class StacksResult:
-    """What ``ddiag stacks`` found: the captures, the groups (largest first) and the odd
-    ones out as a finding (None when no rank is elsewhere)."""
+    """What ``ddiag stacks`` found: the captures, the groups (largest first) and the
+    verdict (``stackgroups.verdict``): the odd ones out as a finding, an INFO note when
+    every rank waits in one collective, None otherwise."""
 
     run_dir: Path
     captures: list[StackCapture]
     groups: list[stackgroups.Group]
     finding: Finding | None
+
+    @property
+    def names_a_cause(self) -> bool:
+        return self.finding is not None and self.finding.severity > Severity.INFO
 
     @property
     def captured(self) -> int:
@@ -100,4 +105,14 @@ def grouped(captures: list[StackCapture], run_dir: Path) -> StacksResult:
         if stack is not None:
             stacks.append(stack)
     groups = stackgroups.group(stacks)
-    return StacksResult(Path(run_dir), captures, groups, stackgroups.odd_ones(groups))
+    return StacksResult(Path(run_dir), captures, groups,
+                        stackgroups.verdict(groups, not_captured(captures, stacks)))
+
+
+def not_captured(captures: list[StackCapture], stacks: list[stackgroups.Stack]) -> tuple:
+    """The job's ranks (0 .. WORLD_SIZE-1, as the ranks found say) without a stack: not
+    found under the pid (other hosts), or found and not captured."""
+    world = max((c.process.world_size for c in captures
+                 if type(c.process.world_size) is int), default=0)
+    seen = {s.rank for s in stacks}
+    return tuple(r for r in range(min(world, 1 << 16)) if r not in seen)

@@ -290,3 +290,16 @@ def test_the_same_collective_from_another_call_site_names_no_one() -> None:
     assert not findings(stacks.detect_text, *_four_ranks((
         "all_reduce (torch/distributed/distributed_c10d.py:2288)",
         "wrapper (torch/distributed/c10d_logger.py:79)", "clip_grads (train.py:75)")))
+
+
+def test_two_unmapped_dumps_in_different_collectives_name_the_barrier_process() -> None:
+    # pasted py-spy dumps with no NCCL line to map pids to ranks: the culprit is a process
+    barrier = ("barrier (torch/distributed/distributed_c10d.py:4710)",
+               "wrapper (torch/distributed/c10d_logger.py:79)", "save_checkpoint (train.py:58)",
+               "main (train.py:90)")
+    backward = ("_engine_run_backward (torch/autograd/graph.py:841)",
+                "backward (torch/autograd/__init__.py:364)", "main (train.py:84)")
+    (f,) = findings(stacks.detect_text, *pyspy(7001, *backward), *pyspy(7000, *barrier))
+    assert f.category is Category.COLLECTIVE_MISMATCH
+    assert f.title.startswith("process 7000 waits in barrier")
+    assert "7000" in f.evidence[0].text  # the culprit's dump is quoted first

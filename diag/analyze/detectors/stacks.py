@@ -111,7 +111,9 @@ def _odd_one_out(stacks: dict[tuple, Signal]) -> list[Finding]:
         if gathering:
             # the others moved on to a later collective: they ran fewer forwards
             return [_forward_counts(gathering, [s for s in sigs if s not in gathering])]
-    odd = [s for s in sigs if s.rank in found.culprit.ranks] or sigs[:1]
+    pids = found.details.get("culprit_pids") or []
+    odd = [s for s in sigs if s.rank in found.culprit.ranks
+           or s.rank is None and s.fields.get("pid") in pids] or sigs[:1]
     waiting = [s for s in sigs if s not in odd]
     return [_stack_finding(found.category, found.title, found.fix, found.confidence, odd,
                            waiting, list(found.culprit.ranks))]
