@@ -306,3 +306,29 @@ def _wait_draining(proc: subprocess.Popen, seconds: float | None) -> bool:
         return True
     except subprocess.TimeoutExpired:
         return False
+
+
+STEPS_END_S = 30.0  # slurmd's KillWait plus its epilog, with room
+
+
+def wait_steps_ended(job_id: str, timeout_s: float = STEPS_END_S) -> bool:
+    """Wait until the Slurm job ``job_id`` runs no step of ours (its ``.extern``,
+    ``.batch`` and ``.interactive`` steps are Slurm's): srun returns when its tasks are
+    signalled, but slurmd ends them on their nodes up to KillWait later, and a rank that
+    outlives its stage holds the nodes and ports the next stage needs. False when steps
+    remain after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            res = subprocess.run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i"],
+                                 capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        ours = [s for s in res.stdout.split()
+                if s.rpartition(".")[2] not in ("extern", "batch", "interactive")]
+        if res.returncode != 0 or not ours:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.5)
+

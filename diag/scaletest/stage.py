@@ -22,7 +22,7 @@ from typing import Callable
 
 from diag.analyze.busywait import BusyTally, straggler
 from diag.format import schema
-from diag.launch import stop_group
+from diag.launch import STEPS_END_S, stop_group, wait_steps_ended
 from diag.scaletest.config import ScaleTestConfig
 from diag.verdict import Finding
 
@@ -226,6 +226,9 @@ def run_trainer(cfg: ScaleTestConfig, stage: int, run_dir: Path,
     seconds = time.monotonic() - start  # the job's own time: a command's wall throughput
     stop_group(proc)
     watcher.join(timeout=60)
+    if cfg.slurm_job_id and not wait_steps_ended(cfg.slurm_job_id):
+        status(f"job {cfg.slurm_job_id}: steps still running {STEPS_END_S:.0f} s after "
+               "the stage ended (squeue -s)")
     return _trainer_outcome(name, proc, run_dir, seconds, timed_out, hang), hang.get("doc")
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -26,11 +27,18 @@ def scale_test(lab: dict, out, *args: str) -> tuple[dict, str]:
     job = doc["slurm_job_id"]
     assert job and f"Granted job allocation {job}" in res.stderr, res.stderr[-3000:]
     assert f"Relinquishing job allocation {job}" in res.stderr
-    queued = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True,
-                            env=env).stdout.split()
+    # salloc has relinquished the job; Slurm keeps it COMPLETING while its epilog runs
+    deadline = time.monotonic() + 30
+    while job in _queued(env) and time.monotonic() < deadline:
+        time.sleep(0.5)
     left = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout
-    assert job not in queued and left.strip() == ""
+    assert job not in _queued(env) and left.strip() == ""
     return doc, job
+
+
+def _queued(env: dict) -> list[str]:
+    return subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True,
+                          env=env).stdout.split()
 
 
 def test_every_stage_is_a_step_of_one_salloc_job(session_lab, tmp_path):
