@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 
 from diag.analyze import analyze
+from diag.verdict import CONFIDENCE, Basis
 
 sys_path = str(Path(__file__).resolve().parent)
 if sys_path not in sys.path:
@@ -67,6 +68,7 @@ def _verdict(source: str, name: str, log: Path, category: str, rank: int | None)
     category_ok = top is not None and top.category.value == category
     right = category_ok and (rank is None or rank in top.culprit.ranks)
     return {"source": source, "case": name, "confidence": top.confidence if top else None,
+            "basis": top.basis.name.lower() if top and top.basis is not None else None,
             "detector": top.detector if top else None, "right": right,
             "category_ok": category_ok, "has_rank": rank is not None}
 
@@ -79,7 +81,8 @@ def matrix_verdicts(path: Path) -> list[dict]:
         if cell["fault"] == "healthy" or top is None:
             continue
         out.append({"source": "fault_matrix", "case": cell["cell"],
-                    "confidence": top.get("confidence"), "detector": top.get("detector"),
+                    "confidence": top.get("confidence"), "basis": top.get("basis"),
+                    "detector": top.get("detector"),
                     "right": bool(cell["category_ok"] and cell["culprit_ok"])})
     return out
 
@@ -98,6 +101,32 @@ def table(verdicts: list[dict]) -> list[dict]:
     rows.append({"bin": "no finding", "n": len(none), "right": 0, "accuracy": None,
                  "mean_confidence": None})
     return rows
+
+
+def by_basis(verdicts: list[dict]) -> list[dict]:
+    """Accuracy per evidence class against the confidence the table gives it: the check
+    that ``diag.verdict.CONFIDENCE`` is calibrated (the table's figures are set from it)."""
+    rows = []
+    for basis in sorted(Basis, reverse=True):
+        name = basis.name.lower()
+        inside = [v for v in verdicts if v.get("basis") == name]
+        right = sum(v["right"] for v in inside)
+        rows.append({"basis": name, "confidence": CONFIDENCE[basis], "n": len(inside),
+                     "right": right,
+                     "accuracy": round(right / len(inside), 2) if inside else None})
+    return rows
+
+
+def basis_markdown(by_source: dict[str, list[dict]]) -> str:
+    lines = ["| basis | confidence | " + " | ".join(f"{s}: right/n" for s in by_source) +
+             " | all (accuracy) |", "|---|---:|" + "---:|" * (len(by_source) + 1)]
+    tables = {s: by_basis(v) for s, v in by_source.items()}
+    for i, row in enumerate(by_basis([v for vs in by_source.values() for v in vs])):
+        cells = [f"{tables[s][i]['right']}/{tables[s][i]['n']}" for s in by_source]
+        acc = f" ({row['accuracy']:.0%})" if row["accuracy"] is not None else ""
+        lines.append(f"| {row['basis']} | {row['confidence']:.2f} | " + " | ".join(cells) +
+                     f" | {row['right']}/{row['n']}{acc} |")
+    return "\n".join(lines)
 
 
 def markdown(by_source: dict[str, list[dict]]) -> str:
@@ -122,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--matrix", type=Path, default=None,
                         help="a fault-matrix result file (default: the newest one)")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--held-out", type=Path, default=None,
+                        help="real incidents in the corpus's layout that no rule was written "
+                             "from (scored as their own source)")
     parser.add_argument("--note", default="", help="what the run is, stored in its file")
     parser.add_argument("--before", type=Path, default=None,
                         help="an earlier result file: its corpus table is shown as well")
@@ -131,14 +163,19 @@ def main(argv: list[str] | None = None) -> int:
     matrix = args.matrix or max((REPO / "benchmarks" / "results").glob("fault-matrix-*.json"))
     by_source = {"corpus": corpus_verdicts(args.corpus) if args.corpus.is_dir() else [],
                  "cases": case_verdicts(args.cases), "fault_matrix": matrix_verdicts(matrix)}
+    if args.held_out:
+        by_source["held_out"] = corpus_verdicts(args.held_out)
     today = datetime.date.today().isoformat()
     out = args.out or REPO / "benchmarks" / "results" / f"calibration-{today}.json"
     out.write_text(json.dumps({"format": "ddiag.calibration", "schema": 1, "date": today,
                                "note": args.note,
                                "matrix": matrix.name, "verdicts": by_source,
-                               "bins": {s: table(v) for s, v in by_source.items()}},
+                               "bins": {s: table(v) for s, v in by_source.items()},
+                               "by_basis": {s: by_basis(v) for s, v in by_source.items()}},
                               indent=1) + "\n")
     print(markdown(by_source))
+    print()
+    print(basis_markdown(by_source))
     misses = [v for vs in by_source.values() for v in vs if not v["right"]]
     for v in misses:
         print(f"miss: {v['source']} {v['case']}: confidence {v['confidence']} ({v['detector']})")

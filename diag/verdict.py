@@ -34,6 +34,11 @@ class Category(str, enum.Enum):
     OTHER = "other"
 
 
+def graded(basis: Basis) -> dict[str, Any]:
+    """A finding's ``confidence`` and ``basis`` keywords for ``basis``."""
+    return {"confidence": CONFIDENCE[basis], "basis": basis}
+
+
 class Severity(enum.IntEnum):
     """How bad the finding is for the job. Only findings above INFO count as problems."""
 
@@ -64,6 +69,28 @@ class Status(str, enum.Enum):
 
 STATUS_SEVERITY = {Status.OK: Severity.INFO, Status.SKIP: Severity.INFO,
                    Status.WARN: Severity.WARN, Status.FAIL: Severity.ERROR}
+
+
+class Basis(enum.IntEnum):
+    """How a finding knows its cause, weakest first. A finding's confidence is its
+    basis's (``CONFIDENCE``), never a number a rule picked: two rules that know a cause
+    the same way are equally sure, and the selector prefers the stronger basis."""
+
+    FALLBACK = 0  # errors nobody catalogued: the first failure, quoted
+    HEURISTIC = 1  # a pattern that often means this: silence, a cascade's wording, a guess
+    LINE = 2  # one message read in its context: what the line says failed, not why
+    MINORITY = 3  # the odd one out across ranks or hosts (sequences, stacks, timings)
+    SETTING = 4  # a configured value and a failure in what it governs
+    EMITTER = 5  # the emitter's message names the cause (Duplicate GPU, CUDA OOM)
+
+
+# Calibrated on labelled verdicts the rules were not written from: the fault matrix's
+# injected faults and real incidents scored before they were looked at
+# (benchmarks/calibration.py prints accuracy by basis; docs/accuracy.md).
+CONFIDENCE: dict[Basis, float] = {
+    Basis.FALLBACK: 0.2, Basis.HEURISTIC: 0.4, Basis.LINE: 0.6, Basis.MINORITY: 0.8,
+    Basis.SETTING: 0.85, Basis.EMITTER: 0.9,
+}
 
 
 @dataclass(frozen=True)
@@ -108,8 +135,8 @@ class Finding:
     """One diagnosed cause or symptom.
 
     ``confidence`` is in [0, 1]: how sure the detector is that the category and culprit
-    are right. ``root_cause`` is false for findings that are consequences of another
-    (the ranks that time out waiting for a hung one). ``first_seen`` is the wall-clock
+    are right, read off its ``basis`` (``CONFIDENCE``). ``root_cause`` is false for
+    findings that are consequences of another (the ranks that time out waiting for a hung one). ``first_seen`` is the wall-clock
     time of the earliest evidence when known, used to order failures in time.
     """
 
@@ -124,9 +151,11 @@ class Finding:
     root_cause: bool = True
     first_seen: float | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    basis: Basis | None = None
 
     def to_json(self) -> dict:
         doc = asdict(self)
+        doc["basis"] = self.basis.name.lower() if self.basis is not None else None
         doc["category"] = self.category.value
         doc["severity"] = self.severity.name.lower()
         doc["culprit"]["ranks"] = list(self.culprit.ranks)

@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from diag.analyze import stackgroups
-from diag.verdict import Category, Culprit, Evidence, Finding, Severity
+from diag.verdict import CONFIDENCE, Basis, Category, Culprit, Evidence, Finding, Severity
 
 MIN_ROUNDS = 3
 """Rounds a rank must score in to be named: one or two can be the job's start-up (one rank
@@ -97,7 +97,7 @@ def straggler(tally: BusyTally, source: str) -> Finding | None:
     count = tally.busy[rank]
     title = (f"rank {rank} is the straggler: busy in {_where(at)} ({state}) in {count} of "
              f"{tally.active} stack samples while the other ranks waited in {_where(waited)}")
-    return Finding(Category.STRAGGLER, Severity.WARN, round(min(0.9, 0.5 + count / 20), 2),
+    return Finding(Category.STRAGGLER, Severity.WARN, CONFIDENCE[Basis.MINORITY],
                    title, Culprit((rank,), (stack.host,) if stack.host else ()),
                    _evidence(source, rank, stack, waited), _FIX, DETECTOR, True, None,
                    tally.to_json())

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from diag.analyze.catalog import collective_frames
-from diag.verdict import Category, Culprit, Evidence, Finding, Severity
+from diag.verdict import CONFIDENCE, Basis, Category, Culprit, Evidence, Finding, Severity
 
 MAX_FRAMES = 64  # frames per stack kept for grouping (innermost first)
 WAITING = ("collective", "backward")
@@ -289,9 +289,10 @@ def stall(groups: list[Group], missing: tuple[int, ...] = ()) -> Finding | None:
     else:
         title = (f"every rank ({total}) waits in {_where(first)}: no rank is elsewhere; if "
                  "they stay there, it is a stall of the job's communication, not one rank")
-    return Finding(Category.OTHER, Severity.INFO, 0.3, title, Culprit(), _evidence(first),
-                   _STALL_FIX, "stacks", False, None,
-                   {"groups": [g.to_json() for g in groups], "not_captured": list(missing)})
+    return Finding(Category.OTHER, Severity.INFO, CONFIDENCE[Basis.HEURISTIC], title, Culprit(),
+                   _evidence(first), _STALL_FIX, "stacks", False, None,
+                   {"groups": [g.to_json() for g in groups], "not_captured": list(missing)},
+                   Basis.HEURISTIC)
 
 
 def _hang(main: Group, stray: list[Group], total: int) -> Finding:
@@ -300,12 +301,14 @@ def _hang(main: Group, stray: list[Group], total: int) -> Finding:
     first = stray[0]
     title = (f"{_who(first)} is in {_STATE_TEXT[first.state]} at {_where(first)}, while "
              f"{_count(main)} {_verb(main, 'wait')} in {_where(main)}")
-    sure = 0.85 if len(main.stacks) > len(culprits) else 0.65  # a 1:1 tie rests on the states
-    return Finding(Category.RANK_HANG, Severity.CRITICAL, sure, title,
+    # the odd ones out of more; a 1:1 tie rests on what the states are
+    sure = Basis.MINORITY if len(main.stacks) > len(culprits) else Basis.LINE
+    return Finding(Category.RANK_HANG, Severity.CRITICAL, CONFIDENCE[sure], title,
                    Culprit(tuple(ranks), _hosts(culprits)), _evidence(first, main),
                    _HANG_FIX[first.state], "stacks", True, None,
                    {"groups": [g.to_json() for g in [main, *stray]], "ranks_seen": total,
-                    "user_frame": _frame_json(first.user), "culprit_pids": _pids(culprits)})
+                    "user_frame": _frame_json(first.user), "culprit_pids": _pids(culprits)},
+                   sure)
 
 
 def _mismatch(main: list[Group], culprit: list[Group], basis: str | None) -> Finding:
@@ -325,10 +328,10 @@ def _mismatch(main: list[Group], culprit: list[Group], basis: str | None) -> Fin
                          _who(other): [role_other[0], str(role_other[1])]},
                "user_frame": _frame_json(odd.user) if culprit else None,
                "culprit_pids": _pids(stacks)}
-    return Finding(Category.COLLECTIVE_MISMATCH, Severity.CRITICAL,
-                   _mismatch_confidence(basis, role[0], role_other[0]), title, culprits,
-                   _evidence(odd, other), _MISMATCH_FIX[role[0] if culprit else None],
-                   "stacks", True, None, details)
+    sure = _mismatch_basis(basis, role[0], role_other[0])
+    return Finding(Category.COLLECTIVE_MISMATCH, Severity.CRITICAL, CONFIDENCE[sure], title,
+                   culprits, _evidence(odd, other), _MISMATCH_FIX[role[0] if culprit else None],
+                   "stacks", True, None, details, sure)
 
 
 def _decided(odd: Group, role: str, other: Group, role_other: str, basis: str | None) -> str:
@@ -340,12 +343,14 @@ def _decided(odd: Group, role: str, other: Group, role_other: str, basis: str | 
     return "the frames do not say which side left the sequence"
 
 
-def _mismatch_confidence(basis: str | None, role: str, role_other: str) -> float:
+def _mismatch_basis(basis: str | None, role: str, role_other: str) -> Basis:
+    """A majority that agrees is the odd one out; the roles of the two frames alone (a
+    barrier against training's collectives) are one reading of them; nothing else, a guess."""
     if basis == "majority":
-        return 0.8 if ROLES.index(role) >= ROLES.index(role_other) else 0.6
-    if basis == "role":
-        return 0.65 if (role, role_other) == ("control", "training") else 0.55
-    return 0.4
+        return Basis.MINORITY if ROLES.index(role) >= ROLES.index(role_other) else Basis.LINE
+    if basis == "role" and (role, role_other) == ("control", "training"):
+        return Basis.LINE
+    return Basis.HEURISTIC
 
 
 _STATE_TEXT = {"data": "data loading", "io": "I/O or a sleep (blocked outside the job)",

@@ -13,9 +13,8 @@ from __future__ import annotations
 from diag.analyze.detectors.common import fmt_ranks, make, order_key
 from diag.analyze.errorlines import MAX_ERROR_LINES, error_lines
 from diag.analyze.signals import Signal
-from diag.verdict import Category, Finding, Severity
+from diag.verdict import Basis, Category, Finding, Severity
 
-CONFIDENCE = 0.2
 
 
 def detect(inputs, findings: list[Finding]) -> list[Finding]:
@@ -54,6 +53,6 @@ def _finding(errors: list[Signal]) -> Finding:
            "and the later ones its consequences. If this is a known failure, the message's "
            "source (NCCL, PyTorch, the launcher) names it; please report the log so a "
            "signature can be added")
-    return make(Category.OTHER, title, fix, "unexplained", CONFIDENCE, errors,
+    return make(Category.OTHER, title, fix, "unexplained", Basis.FALLBACK, errors,
                 hosts=[s.host for s in errors], severity=Severity.ERROR,
                 details={"unexplained": True, "error_lines": len(errors)})

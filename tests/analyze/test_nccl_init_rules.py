@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from diag.analyze import analyze
-from diag.verdict import Category
+from diag.verdict import Basis, Category
 
 
 def _findings(tmp_path: Path, text: str) -> list:
@@ -40,7 +40,7 @@ g5:71:90 [0] NCCL INFO NCCL_TOPO_FILE set by environment to /etc/nccl/topo-v1.xm
 g5:71:90 [0] graph/xml.cc:394 NCCL WARN XML Topology has wrong version 1, 2 needed
 g5:71:90 [0] NCCL INFO graph/topo.cc:688 -> 5
 """)
-    assert top.category is Category.ENV_MISCONFIG and top.confidence == 0.85
+    assert top.category is Category.ENV_MISCONFIG and top.basis is Basis.SETTING
     assert top.culprit.env_var == "NCCL_TOPO_FILE"
 
 
@@ -48,7 +48,7 @@ def test_without_the_env_line_the_xml_failure_is_less_sure(tmp_path: Path) -> No
     # the file may come from the image's default location (Azure's virtualTopology.xml)
     top = _top(tmp_path, "g5:71:90 [0] graph/search.cc:919 (ncclTopoGetChannelFromXml) NCCL "
                          "WARN XML Import Channel : dev 3 not found.")
-    assert top.category is Category.ENV_MISCONFIG and top.confidence == 0.7
+    assert top.category is Category.ENV_MISCONFIG and top.basis is Basis.LINE
 
 
 def test_an_env_line_alone_is_no_finding(tmp_path: Path) -> None:
@@ -74,7 +74,7 @@ n2:20:31 [0] NCCL INFO init.cc:1390 -> 2
 
 def test_ipoib_auto_pick_on_one_subnet_is_less_sure(tmp_path: Path) -> None:
     top = _top(tmp_path, _IPOIB)
-    assert top.category is Category.WRONG_INTERFACE and top.confidence == 0.7
+    assert top.category is Category.WRONG_INTERFACE and top.basis is Basis.LINE
     assert top.culprit.env_var == "NCCL_SOCKET_IFNAME"
 
 
@@ -113,7 +113,7 @@ n2:20:31 [0] NCCL INFO graph/search.cc:733 -> 2
 n2:20:32 [0] NCCL INFO misc/socket.cc:540 -> 2
 n2:20:32 [0] NCCL INFO bootstrap.cc:260 -> 2
 """)
-    assert top.category is Category.NETWORK_UNREACHABLE and top.confidence == 0.5
+    assert top.category is Category.NETWORK_UNREACHABLE and top.basis is Basis.LINE
 
 
 # ---------------------------------------------------------------------------------------
@@ -137,7 +137,7 @@ This is usually caused by a system or configuration error in the Fabric Manager 
 def test_int_min_in_a_newer_attribute_is_the_same_skew(tmp_path: Path) -> None:
     top = _top(tmp_path, "n1:3:3 [0] init.cc:1311 NCCL WARN Invalid config cgaClusterSize "
                          "attribute value -2147483648")
-    assert top.category is Category.VERSION_MISMATCH and top.confidence == 0.9
+    assert top.category is Category.VERSION_MISMATCH and top.basis is Basis.EMITTER
 
 
 def test_an_old_nccl_under_a_new_torch_is_a_version_mismatch(tmp_path: Path) -> None:
@@ -184,7 +184,7 @@ node2: [rank2]: world_size=4
 def test_no_route_to_a_routable_gloo_peer_is_the_network(tmp_path: Path) -> None:
     top = _top(tmp_path, "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:799] "
                          "connect [10.4.1.7]:39211: No route to host")
-    assert top.category is Category.NETWORK_UNREACHABLE and top.confidence == 0.6
+    assert top.category is Category.NETWORK_UNREACHABLE and top.basis is Basis.LINE
 
 
 def test_a_refused_connect_over_ipoib_reached_the_peer(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from diag.analyze.detectors import config, failure, stacks
 from diag.analyze.inputs import TextLog
 from diag.analyze.textlog import extract, parse_line
-from diag.verdict import Category
+from diag.verdict import Basis, Category
 
 
 def signals(*lines: str) -> list:
@@ -203,7 +203,7 @@ def test_zero3_fetch_from_a_forward_hook_is_unequal_forward_counts() -> None:
                     '_pre_forward_module_hook',
                     '  File "/e/torch/nn/modules/module.py", line 1562 in _call_impl',
                     '  File "/e/transformers/generation/utils.py", line 2215 in generate')
-    assert (f.category, f.culprit.ranks, f.confidence) == (Category.COLLECTIVE_MISMATCH, (), 0.75)
+    assert (f.category, f.culprit.ranks, f.basis) == (Category.COLLECTIVE_MISMATCH, (), Basis.LINE)
 
 
 def test_zero3_frames_without_a_forward_hook_are_not_that() -> None:
@@ -245,22 +245,22 @@ def test_invalid_ordinal_elsewhere_is_the_code_that_computed_it() -> None:
 def test_local_rank_spelling_decides_the_argparse_finding() -> None:
     def top(arg: str):
         (f,) = findings(failure.detect_text, f"train.py: error: unrecognized arguments: {arg}")
-        return f.category, f.confidence
-    assert top("--local-rank=1") == (Category.VERSION_MISMATCH, 0.85)
-    assert top("--local_rank=1") == (Category.ENV_MISCONFIG, 0.6)
-    assert top("--fp16") == (Category.ENV_MISCONFIG, 0.45)
+        return f.category, f.basis
+    assert top("--local-rank=1") == (Category.VERSION_MISMATCH, Basis.EMITTER)
+    assert top("--local_rank=1") == (Category.ENV_MISCONFIG, Basis.LINE)
+    assert top("--fp16") == (Category.ENV_MISCONFIG, Basis.HEURISTIC)
 
 
 def test_the_agents_signal_decides_the_finding() -> None:
     def top(sig: str, *more: str):
         found = findings(failure.detect_text, f"Received {sig} death signal, shutting down "
                          "workers", *more)
-        return [(f.category, f.confidence) for f in found]
-    assert top("1") == [(Category.ENV_MISCONFIG, 0.85)]
-    assert top("Signals.SIGINT") == [(Category.OTHER, 0.4)]
-    assert top("15") == [(Category.OTHER, 0.5)]
+        return [(f.category, f.basis) for f in found]
+    assert top("1") == [(Category.ENV_MISCONFIG, Basis.EMITTER)]
+    assert top("Signals.SIGINT") == [(Category.OTHER, Basis.HEURISTIC)]
+    assert top("15") == [(Category.OTHER, Basis.LINE)]
     cancelled = "slurmstepd: error: *** JOB 77 ON gpu3 CANCELLED AT 2025-02-01T10:00:00 ***"
-    assert (Category.OTHER, 0.5) not in top("15", cancelled)  # the sender is known
+    assert (Category.OTHER, Basis.LINE) not in top("15", cancelled)  # the sender is known
 
 
 def test_progress_after_the_dumps_means_they_were_a_sample() -> None:

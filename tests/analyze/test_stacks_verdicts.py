@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from diag.analyze import stackgroups
 from diag.analyze.stackgroups import group, odd_ones, role_of, verdict
-from diag.verdict import Category, Severity
+from diag.verdict import Basis, Category, Severity
 
 SITE = "/opt/venv/lib/python3.11/site-packages"
 C10D = f"{SITE}/torch/distributed/distributed_c10d.py"
@@ -102,7 +102,7 @@ def test_roles_say_who_issued_the_collective_and_which_frame_says_so() -> None:
 def test_rank_0_alone_in_a_barrier_after_its_save_is_the_culprit() -> None:
     found = verdict(snapshot({0: BARRIER_AFTER_SAVE, 1: BUFFER_BROADCAST}))
     assert found.category is Category.COLLECTIVE_MISMATCH and found.culprit.ranks == (0,)
-    assert found.details["decided_by"] == "role" and found.confidence == 0.65
+    assert found.details["decided_by"] == "role" and found.basis is Basis.LINE
     assert found.details["user_frame"] == {"func": "save_checkpoint", "file": TRAIN, "line": 58}
     assert "save_checkpoint (u/train.py:58)" in found.title and "barrier" in found.fix
     # without buffers, rank 1 waits in backward (DDP's reducer): the same verdict
@@ -121,26 +121,26 @@ def test_an_eval_all_reduce_on_rank_0_only_is_off_the_training_loop() -> None:
     found = verdict(snapshot({0: EVAL_ALL_REDUCE, 1: BUFFER_BROADCAST}))
     assert found.category is Category.COLLECTIVE_MISMATCH and found.culprit.ranks == (0,)
     assert found.details["user_frame"]["func"] == "evaluate"
-    assert found.confidence == 0.55  # issued vs training: less sure than a barrier
+    assert found.basis is Basis.HEURISTIC  # issued vs training: less sure than a barrier
 
 
 def test_two_collectives_the_users_code_called_name_no_side() -> None:
     found = verdict(snapshot({0: EVAL_ALL_REDUCE, 1: METRIC_BROADCAST}))
     assert found.category is Category.COLLECTIVE_MISMATCH
     assert found.culprit.ranks == () and found.details["decided_by"] is None
-    assert found.severity is Severity.CRITICAL and found.confidence < 0.5
+    assert found.severity is Severity.CRITICAL and found.basis is Basis.HEURISTIC
 
 
 def test_a_majority_decides_before_the_roles() -> None:
     # three ranks in backward, rank 2 in a barrier: rank 2, and the roles agree
     found = verdict(snapshot({0: BACKWARD, 1: BACKWARD, 2: BARRIER_AFTER_SAVE, 3: BACKWARD}))
     assert found.culprit.ranks == (2,) and found.details["decided_by"] == "majority"
-    assert found.confidence == 0.8
+    assert found.basis is Basis.MINORITY
     # three ranks in the end-of-epoch barrier, rank 3 still in backward (an extra batch):
     # rank 3, less sure
     found = verdict(snapshot({0: BARRIER_AFTER_SAVE, 1: BARRIER_AFTER_SAVE,
                               2: BARRIER_AFTER_SAVE, 3: BACKWARD}))
-    assert found.culprit.ranks == (3,) and found.confidence == 0.6
+    assert found.culprit.ranks == (3,) and found.basis is Basis.LINE
 
 
 def test_an_even_split_is_decided_by_the_roles() -> None:

@@ -12,12 +12,12 @@ import re
 from diag import fixes
 from diag.analyze.catalog.spec import (Example, Implies, Signature, Source, body, compute,
                                        const, group)
-from diag.verdict import Category
+from diag.verdict import Basis, Category
 
 TORCH = "pytorch/pytorch"
 CUDA_CHECK = Source(TORCH, "c10/cuda/CUDAException.cpp", "c10_cuda_check_implementation",
                     "'CUDA error: <cudaGetErrorString>'")
-MISSING_GPU = Implies(Category.ENV_MISCONFIG, 0.75,
+MISSING_GPU = Implies(Category.ENV_MISCONFIG, Basis.LINE,
                       f"A rank asked for a GPU that does not exist: {fixes.too_few_gpus()}.")
 
 

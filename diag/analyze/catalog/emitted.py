@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from diag.analyze.catalog import fmt
 from diag.analyze.catalog.spec import Example, Implies, Signature, Source, const, group
-from diag.verdict import Category
+from diag.verdict import Basis, Category
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 INVENTORY_SCHEMA = "# ddiag.emitter_inventory 1"
@@ -39,11 +39,13 @@ REPOS = {"nccl": "NVIDIA/nccl", "gloo": "pytorch/gloo", "torch_c10d": "pytorch/p
          "torch_elastic": "pytorch/pytorch", "cuda": "pytorch/pytorch"}
 CUDART = "NVIDIA CUDA runtime (libcudart cudaGetErrorString)"
 
-# Confidence by evidence class: what the role of the message says about how directly it
-# names the cause (an initiating failure names it; a cascade, a setting, a diagnostic, a
-# teardown or a retry only points at it). One table; no template sets its own number.
-CONFIDENCE = {"initiating": 0.6, "cascade": 0.4, "configuration": 0.35, "diagnostic": 0.3,
-              "teardown": 0.25, "progress": 0.2}
+# The basis of a template's own finding, by the message's role: an initiating failure
+# says what failed (one line, read alone); a cascade, a setting or a diagnostic only
+# points at a cause; teardown and progress are what follows one. No template sets its
+# own number: rules that read the lines around a message know more than it does.
+BASIS = {"initiating": Basis.LINE, "cascade": Basis.HEURISTIC,
+         "configuration": Basis.HEURISTIC, "diagnostic": Basis.HEURISTIC,
+         "teardown": Basis.FALLBACK, "progress": Basis.FALLBACK}
 
 
 # The subsystem of a template, by the first prefix of its file that matches: what a
@@ -97,10 +99,10 @@ class Template:
     def implies(self) -> Implies | None:
         """The finding the message makes on its own; none for one that reports no failure
         (NCCL's INFO about a plugin it did not find is in every healthy log)."""
-        if not self.failure or self.waiver or self.role not in CONFIDENCE \
+        if not self.failure or self.waiver or self.role not in BASIS \
                 or self.category is None:
             return None
-        return Implies(self.category, CONFIDENCE[self.role], self.fix)
+        return Implies(self.category, BASIS[self.role], self.fix)
 
 
 def _rows(path: str, schema: str) -> list[dict]:

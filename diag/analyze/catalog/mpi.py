@@ -11,12 +11,12 @@ from __future__ import annotations
 import re
 
 from diag.analyze.catalog.spec import Example, Implies, Signature, Source
-from diag.verdict import Category
+from diag.verdict import Basis, Category
 
 OMPI = "open-mpi/ompi"
 
 WRONG_PEER = Implies(
-    Category.WRONG_INTERFACE, 0.7,
+    Category.WRONG_INTERFACE, Basis.LINE,
     "Open MPI's TCP transport reached a different process than the one it dialled: an "
     "interface with the same address on every host (docker0, virbr0, a bridge) or one the "
     "hosts do not share. Restrict it to the interface the nodes share: mpirun --mca "

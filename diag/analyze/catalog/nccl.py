@@ -13,13 +13,13 @@ import re
 from diag import fixes
 from diag.analyze.catalog.spec import (Example, Implies, Signature, Source, body, compute,
                                        const, group, has, search)
-from diag.verdict import Category
+from diag.verdict import Basis, Category
 
 NCCL = "NVIDIA/nccl"
 
-DUPLICATE_GPU = Implies(Category.ENV_MISCONFIG, 0.85,
+DUPLICATE_GPU = Implies(Category.ENV_MISCONFIG, Basis.EMITTER,
                         f"Two ranks share one GPU. {fixes.sentence(fixes.SHARED_GPU)}")
-SHM_FULL = Implies(Category.ENV_MISCONFIG, 0.75,
+SHM_FULL = Implies(Category.ENV_MISCONFIG, Basis.EMITTER,
                    "Shared memory runs out: the container's /dev/shm is too small for NCCL or "
                    f"DataLoader workers. {fixes.sentence(fixes.SHM)}")
 
@@ -112,7 +112,7 @@ def _nvls_bind(ex, line, m: re.Match) -> None:
 _CUDA_ERROR = re.compile(r"^\s*:?\s*CUDA error (?P<code>\d+) '(?P<error>[^']*)'")
 
 NVLS_BIND = Implies(
-    Category.ENV_MISCONFIG, 0.85,
+    Category.ENV_MISCONFIG, Basis.EMITTER,
     "NCCL cannot bind NVLink SHARP multicast memory: the host's NVSwitch fabric is not set "
     "up. Start the fabric manager (`systemctl enable --now nvidia-fabricmanager`, its "
     "version must match the driver's), load the IMEX channels (nvidia-caps-imex-channels) "

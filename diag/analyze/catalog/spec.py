@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from diag.verdict import Category
+from diag.verdict import Basis, Category
 
 SCOPES = ("any", "nccl_any", "nccl", "nccl_warn", "gloo", "cuda", "error")
 """Which lines an entry is tried on (computed once per line by the engine):
@@ -58,7 +58,7 @@ class Implies:
     """The finding the signal maps to on its own."""
 
     category: Category
-    confidence: float  # 0..1
+    basis: Basis  # how directly the message names the cause (its confidence: CONFIDENCE)
     fix: str
 
 

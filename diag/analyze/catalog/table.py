@@ -23,7 +23,7 @@ def _row(entry: Signature) -> str:
     src = entry.source
     printed = f"{src.repo} `{src.path}` {_cell(src.function)}"
     imp = entry.implies
-    finding = f"`{imp.category.value}` ({imp.confidence:.2f})" if imp else ""
+    finding = f"`{imp.category.value}` ({imp.basis.name.lower()})" if imp else ""
     return f"| `{entry.id}` | `{entry.signal}` | `{_cell(example)}` | {printed} | {finding} |"
 
 

@@ -13,7 +13,7 @@ import re
 from diag.analyze.catalog.nccl import SHM_FULL
 from diag.analyze.catalog.spec import (Example, Implies, Signature, Source, body, compute,
                                        const, group, ranks, search)
-from diag.verdict import Category
+from diag.verdict import Basis, Category
 
 TORCH = "pytorch/pytorch"
 C10D = "torch/csrc/distributed/c10d/"
@@ -23,7 +23,7 @@ SOCKET = C10D + "socket.cpp"
 TRACE_UTILS = C10D + "TraceUtils.h"
 
 UNUSED_PARAMETERS = Implies(
-    Category.UNUSED_PARAMETERS, 0.9,
+    Category.UNUSED_PARAMETERS, Basis.EMITTER,
     "Some parameters get no gradient in a step (a branch not taken, an unused head). Pass "
     "find_unused_parameters=True to DistributedDataParallel (slower), or remove/freeze the "
     "unused parameters, or make every rank run the same branches; "
@@ -504,7 +504,7 @@ MEMORY_ENTRIES = (
 )
 
 TENSOR_ON_WRONG_DEVICE = Implies(
-    Category.OTHER, 0.8,
+    Category.OTHER, Basis.EMITTER,
     "A collective got a tensor on a device its process group has no backend for (a CPU "
     "tensor on an NCCL-only group): create the tensor on the group's device "
     "(torch.cuda.current_device()), or use a gloo group for CPU objects "

@@ -15,7 +15,7 @@ from diag.analyze.stackgroups import Frame, state_of
 from diag.analyze.signals import Signal
 from diag.analyze.topology import Topology
 from diag.format.schema import MAX_WORLD_SIZE
-from diag.verdict import Category, Culprit, Evidence, Finding, Severity
+from diag.verdict import CONFIDENCE, Basis, Category, Culprit, Evidence, Finding, Severity
 
 # =======================================================================================
 # Records: exceptions and stacks per rank
@@ -337,15 +337,15 @@ def first_seen(signals: list[Signal]) -> float | None:
     return min(times) if times else None
 
 
-def make(category: Category, title: str, fix: str, detector: str, confidence: float,
+def make(category: Category, title: str, fix: str, detector: str, basis: Basis,
          signals: list[Signal], *, ranks=(), hosts=(), link=None, env_var=None,
          severity: Severity = Severity.ERROR, root_cause: bool = True,
          details: dict | None = None) -> Finding:
-    """A finding whose evidence is the signals' lines."""
+    """A finding whose evidence is the signals' lines, as sure as its ``basis``."""
     culprit = Culprit(tuple(sorted(set(ranks))), tuple(sorted({h for h in hosts if h})), link,
                       env_var)
-    return Finding(category, severity, round(confidence, 2), title, culprit, evidence(signals), fix,
-                   detector, root_cause, first_seen(signals), details or {})
+    return Finding(category, severity, CONFIDENCE[basis], title, culprit, evidence(signals),
+                   fix, detector, root_cause, first_seen(signals), details or {}, basis)
 
 
 def fmt_ranks(ranks) -> str:

@@ -28,7 +28,7 @@ from diag.checkenv.report import build_report
 from diag.checkenv.snapshot import Snapshot, snapshot_from_json
 from diag.checkenv.types import CheckResult
 from diag.format import schema
-from diag.verdict import Category, Evidence, Finding, Severity, Status
+from diag.verdict import Basis, Category, Evidence, Finding, Severity, Status, graded
 
 # =======================================================================================
 # From text logs (signals parsed by diag/analyze/textlog.py)
@@ -37,7 +37,9 @@ DETECTOR = "logs_config"  # the `detector` of the text-log findings
 _WHY = {"netmask": "a netmask, not a host", "wildcard": "the wildcard address, not a host",
         "loopback": "loopback, which other nodes cannot reach",
         "unresolvable": "a name no DNS or /etc/hosts knows"}
-_CONFIDENCE = {"netmask": 0.9, "wildcard": 0.85, "unresolvable": 0.85, "loopback": 0.7}
+# the value alone shows it is no host (a netmask, 0.0.0.0); loopback is a host on one node
+_BASIS = {"netmask": Basis.EMITTER, "wildcard": Basis.EMITTER, "unresolvable": Basis.SETTING,
+          "loopback": Basis.LINE}
 _FAILURE_KINDS = ("watchdog_timeout", "exception", "nccl_error", "nccl_warn", "gloo_error",
                   "elastic_failure", "store_connect_failed", "store_connect_timeout")
 # "2.18.5+cuda12.2" -> "2.18.5": the comparable part of a version
@@ -139,7 +141,7 @@ def _addr_finding(idx: SignalIndex, host: str, kind: str, sigs: list[Signal]) ->
     addr = bare_address(host)
     fix = _FIX_ADDR.format(addr=addr, why=_WHY[kind])
     return make(Category.ENV_MISCONFIG, f"MASTER_ADDR={addr} is {_WHY[kind]}", fix, DETECTOR,
-                _CONFIDENCE[kind], sigs + env_values(idx, "MASTER_ADDR"), env_var="MASTER_ADDR",
+                _BASIS[kind], sigs + env_values(idx, "MASTER_ADDR"), env_var="MASTER_ADDR",
                 details={"address": addr, "problem": kind})
 
 
@@ -152,7 +154,7 @@ def _master_port(idx: SignalIndex) -> list[Finding]:
     host, port = sigs[0].fields.get("host"), sigs[0].fields.get("port")
     title = f"the rendezvous store at {host}:{port} refuses connections"
     return [make(Category.ENV_MISCONFIG, title, _FIX_PORT.format(host=host, port=port), DETECTOR,
-                 0.6, sigs + env_values(idx, "MASTER_PORT"), env_var="MASTER_PORT")]
+                 Basis.LINE, sigs + env_values(idx, "MASTER_PORT"), env_var="MASTER_PORT")]
 
 
 def _name_resolution(idx: SignalIndex) -> list[Finding]:
@@ -162,7 +164,8 @@ def _name_resolution(idx: SignalIndex) -> list[Finding]:
         return []
     host = next((s.fields["host"] for s in sigs if s.fields.get("host")), None)
     title = f"hostname {host} cannot be resolved" if host else "a hostname cannot be resolved"
-    return [make(Category.ENV_MISCONFIG, title, _FIX_RESOLVE, DETECTOR, 0.75 if host else 0.55,
+    return [make(Category.ENV_MISCONFIG, title, _FIX_RESOLVE,
+                 DETECTOR, Basis.SETTING if host else Basis.LINE,
                  sigs, env_var="MASTER_ADDR")]
 
 
@@ -171,7 +174,7 @@ def _hostname(idx: SignalIndex) -> list[Finding]:
     if not sigs:
         return []
     return [make(Category.ENV_MISCONFIG, "the client socket's own hostname cannot be resolved",
-                 _FIX_HOSTNAME, DETECTOR, 0.7, sigs, hosts=_hosts(sigs))]
+                 _FIX_HOSTNAME, DETECTOR, Basis.LINE, sigs, hosts=_hosts(sigs))]
 
 
 def _env_missing(idx: SignalIndex) -> list[Finding]:
@@ -180,7 +183,7 @@ def _env_missing(idx: SignalIndex) -> list[Finding]:
         return []
     var = sigs[0].fields.get("var")
     return [make(Category.ENV_MISCONFIG, f"{var} is not set", _FIX_MISSING.format(var=var),
-                 DETECTOR, 0.9, sigs, env_var=var)]
+                 DETECTOR, Basis.EMITTER, sigs, env_var=var)]
 
 
 def _port_in_use(idx: SignalIndex) -> list[Finding]:
@@ -192,7 +195,7 @@ def _port_in_use(idx: SignalIndex) -> list[Finding]:
     where = f" on rank {server}, which hosts the store" if server is not None else ""
     title = f"the store cannot bind port {port or '?'}{where}: address already in use"
     return [make(Category.ENV_MISCONFIG, title, _FIX_IN_USE.format(port=port or "MASTER_PORT"),
-                 DETECTOR, 0.7, sigs, env_var="MASTER_PORT",
+                 DETECTOR, Basis.EMITTER, sigs, env_var="MASTER_PORT",
                  ranks=[server] if server is not None else [])]
 
 
@@ -222,7 +225,7 @@ def _duplicate_gpu(idx: SignalIndex) -> list[Finding]:
         return []
     ranks = sorted({r for s in sigs for r in s.fields.get("ranks", [])})
     title = f"ranks {', '.join(map(str, ranks))} use the same GPU"
-    return [make(_DUP_GPU.category, title, _DUP_GPU.fix, DETECTOR, _DUP_GPU.confidence, sigs,
+    return [make(_DUP_GPU.category, title, _DUP_GPU.fix, DETECTOR, _DUP_GPU.basis, sigs,
                  ranks=ranks[-1:], hosts=_hosts(sigs), env_var="CUDA_VISIBLE_DEVICES")]
 
 
@@ -246,10 +249,10 @@ def _device_mapping(idx: SignalIndex) -> list[Finding]:
                "rank (a global or tensor-parallel rank used as a GPU index). Take the device "
                "from LOCAL_RANK or from a tensor already on the right GPU "
                "(tensor.device.index); if a library makes the call, upgrade it or report it.")
-        return [make(Category.OTHER, title, fix, DETECTOR, 0.6, ordinal,
+        return [make(Category.OTHER, title, fix, DETECTOR, Basis.LINE, ordinal,
                      ranks=_first_rank(ordinal))]
     return [make(_MISSING_GPU.category, "a rank maps to a GPU that is not there",
-                 _MISSING_GPU.fix, DETECTOR, _MISSING_GPU.confidence, sigs,
+                 _MISSING_GPU.fix, DETECTOR, _MISSING_GPU.basis, sigs,
                  ranks=_first_rank(sigs), env_var="CUDA_VISIBLE_DEVICES")]
 
 
@@ -258,7 +261,7 @@ def _shm(idx: SignalIndex) -> list[Finding]:
     if not sigs:
         return []
     return [make(_SHM_FULL.category, "shared-memory allocation fails (/dev/shm too small)",
-                 _SHM_FULL.fix, DETECTOR, _SHM_FULL.confidence, sigs, hosts=_hosts(sigs))]
+                 _SHM_FULL.fix, DETECTOR, _SHM_FULL.basis, sigs, hosts=_hosts(sigs))]
 
 
 def _ib_gid(idx: SignalIndex) -> list[Finding]:
@@ -267,7 +270,7 @@ def _ib_gid(idx: SignalIndex) -> list[Finding]:
     if not sigs:
         return []
     return [make(Category.ENV_MISCONFIG, "IB/RoCE queue-pair setup fails (GID index)", _FIX_GID,
-                 DETECTOR, 0.6, sigs, hosts=_hosts(sigs), env_var="NCCL_IB_GID_INDEX")]
+                 DETECTOR, Basis.LINE, sigs, hosts=_hosts(sigs), env_var="NCCL_IB_GID_INDEX")]
 
 
 def _topology_file(idx: SignalIndex) -> list[Finding]:
@@ -286,7 +289,8 @@ def _topology_file(idx: SignalIndex) -> list[Finding]:
     env_var = files[-1].fields["var"] if files else "NCCL_GRAPH_FILE"
     return [make(Category.ENV_MISCONFIG, title,
                  _FIX_TOPO_FILE.format(vars=named or "NCCL_TOPO_FILE/NCCL_GRAPH_FILE"), DETECTOR,
-                 0.85 if files else 0.7, sigs + files, hosts=_hosts(sigs), env_var=env_var)]
+                 Basis.SETTING if files else Basis.LINE, sigs + files, hosts=_hosts(sigs),
+                 env_var=env_var)]
 
 
 def _nvls_bind(idx: SignalIndex) -> list[Finding]:
@@ -296,7 +300,7 @@ def _nvls_bind(idx: SignalIndex) -> list[Finding]:
     first = sigs[0].fields
     error = f": CUDA error {first['code']} '{first.get('error')}'" if first.get("code") else ""
     title = f"NVLink SHARP multicast memory cannot be bound{error} (fabric manager / NVSwitch)"
-    return [make(_NVLS_BIND.category, title, _NVLS_BIND.fix, DETECTOR, _NVLS_BIND.confidence,
+    return [make(_NVLS_BIND.category, title, _NVLS_BIND.fix, DETECTOR, _NVLS_BIND.basis,
                  sigs, hosts=_hosts(sigs), env_var="NCCL_NVLS_ENABLE")]
 
 
@@ -319,7 +323,7 @@ def _env_skew(idx: SignalIndex) -> list[Finding]:
             odd = min(values.values(), key=len)
             title = f"{var} differs across hosts ({_spread(values)})"
             out.append(make(Category.ENV_MISCONFIG, title, _FIX_SKEW.format(var=var), DETECTOR,
-                            0.6, sigs_by_var[var], hosts=odd, env_var=var))
+                            Basis.MINORITY, sigs_by_var[var], hosts=odd, env_var=var))
     return out
 
 
@@ -356,7 +360,8 @@ def _version_spread(comp: str, sigs: list[Signal], failing: bool) -> Finding | N
     hosts = _hosts(minority)
     ranks = [] if hosts else sorted({s.rank for s in minority if s.rank is not None})
     return make(Category.VERSION_MISMATCH, f"{comp} versions differ: {spread}",
-                _FIX_VERSIONS.format(comp=comp), DETECTOR, 0.8 if sure else 0.4, sigs, hosts=hosts,
+                _FIX_VERSIONS.format(comp=comp), DETECTOR,
+                Basis.MINORITY if sure else Basis.HEURISTIC, sigs, hosts=hosts,
                 ranks=ranks, severity=Severity.ERROR if failing and sure else Severity.WARN)
 
 
@@ -404,7 +409,7 @@ def _version_errors(idx: SignalIndex) -> list[Finding]:
     if not sigs:
         return []
     title = f"version incompatibility: {sigs[0].fields.get('what')}"
-    return [make(Category.VERSION_MISMATCH, title, _FIX_CUDA_STACK, DETECTOR, 0.85, sigs,
+    return [make(Category.VERSION_MISMATCH, title, _FIX_CUDA_STACK, DETECTOR, Basis.EMITTER, sigs,
                  hosts=_hosts(sigs), ranks=_first_rank(sigs))]
 
 
@@ -418,7 +423,7 @@ def _config_skew(idx: SignalIndex) -> list[Finding]:
     attr = (skewed or sigs)[0].fields.get("attr")
     if not skewed:
         return [make(Category.OTHER, f"NCCL rejects the communicator config's {attr} value",
-                     _FIX_CONFIG_VALUE.format(attr=attr), DETECTOR, 0.5, sigs,
+                     _FIX_CONFIG_VALUE.format(attr=attr), DETECTOR, Basis.LINE, sigs,
                      hosts=_hosts(sigs))]
     loaded = _nccl_versions(idx)
     named = f" ({', '.join(sorted(set(loaded)))})" if loaded else ""
@@ -426,7 +431,7 @@ def _config_skew(idx: SignalIndex) -> list[Finding]:
              f"it rejects the unset {attr} value INT_MIN")
     versions = [s for s in idx.of("version") if s.fields.get("component") == "nccl"]
     return [make(Category.VERSION_MISMATCH, title, _FIX_CONFIG_SKEW.format(loaded=named),
-                 DETECTOR, 0.9, skewed + versions, hosts=_hosts(skewed))]
+                 DETECTOR, Basis.EMITTER, skewed + versions, hosts=_hosts(skewed))]
 
 
 def _nccl_versions(idx: SignalIndex) -> list[str]:
@@ -445,7 +450,8 @@ def _nccl_too_old(idx: SignalIndex) -> list[Finding]:
         return []
     nccl, torch = old[0].fields["version"], new[0].fields["version"]
     return [make(Category.VERSION_MISMATCH, f"NCCL {nccl} is too old for torch {torch}",
-                 _FIX_NCCL_TOO_OLD.format(torch=torch, nccl=nccl), DETECTOR, 0.8, old + new,
+                 _FIX_NCCL_TOO_OLD.format(torch=torch, nccl=nccl), DETECTOR, Basis.SETTING,
+                 old + new,
                  hosts=_hosts(old))]
 
 
@@ -468,14 +474,14 @@ def _nccl_cannot_launch(idx: SignalIndex) -> list[Finding]:
     first = earliest(sigs)
     title = (f"NCCL cannot launch its collective kernel ('{first.fields.get('error')}' in "
              f"{first.fields.get('src')}): the loaded NCCL does not fit this torch/CUDA")
-    return [make(Category.VERSION_MISMATCH, title, _FIX_NCCL_LAUNCH, DETECTOR, 0.65, sigs,
+    return [make(Category.VERSION_MISMATCH, title, _FIX_NCCL_LAUNCH, DETECTOR, Basis.LINE, sigs,
                  hosts=_hosts(sigs))]
 
 
 # =======================================================================================
 # From ``ddiag check-env`` snapshots (RUN_DIR/env/rank*.json) and its rendezvous pre-flight
 
-CONFIDENCE = {Status.FAIL: 0.9, Status.WARN: 0.5}
+BASIS = {Status.FAIL: Basis.SETTING, Status.WARN: Basis.HEURISTIC}
 # Consequences of another failure: the group does not form because an interface is wrong,
 # or no rank ran because the rendezvous was unreachable.
 SYMPTOMS = {"cross.group", "cross.ranks"}
@@ -547,7 +553,7 @@ def finding(result: CheckResult, paths: dict[int, str], root_cause: bool) -> Fin
     where = f" on {', '.join(nodes)}" if nodes else ""
     return Finding(
         category=result.category, severity=result.severity,
-        confidence=CONFIDENCE[result.status], title=f"{result.summary}{where}",
+        **graded(BASIS[result.status]), title=f"{result.summary}{where}",
         culprit=result.culprit,
         evidence=tuple(Evidence(f, None, f"check-env {result.check}: {result.summary}")
                        for f in files),

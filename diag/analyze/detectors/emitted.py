@@ -69,7 +69,7 @@ def finding(t: Template, signals: list[Signal]) -> Finding:
     ranks, hosts, var = culprit(t, signals)
     values = signals[0].fields.get("values", {})
     title, fix = render_title(t.title, values), render_title(implies.fix, values)
-    return make(implies.category, title, fix, DETECTOR, implies.confidence, signals,
+    return make(implies.category, title, fix, DETECTOR, implies.basis, signals,
                 ranks=ranks, hosts=hosts, env_var=var,
                 severity=_SEVERITY.get(t.role, Severity.WARN), root_cause=t.role in _ROOT_ROLES,
                 details={"template": t.id, "role": t.role, "source": f"{t.file}:{t.line}",

@@ -29,7 +29,7 @@ from diag.analyze.detectors.common import (
 )
 from diag.analyze.inputs import Inputs
 from diag.analyze.signals import Signal
-from diag.verdict import Category, Culprit, Evidence, Finding, Severity
+from diag.verdict import Basis, Category, Culprit, Evidence, Finding, Severity, graded
 
 # =======================================================================================
 # From event logs
@@ -78,7 +78,8 @@ def _finding(f: dict, root_cause: bool) -> Finding:
     oom = bool(OOM.search(f["type"] + " " + f["message"]))
     return Finding(
         category=Category.OOM if oom else Category.OTHER,
-        severity=Severity.CRITICAL, confidence=0.85 if oom else 0.7,
+        # the rank's own event log recorded it; the first rank to fail, of all of them
+        severity=Severity.CRITICAL, **graded(Basis.EMITTER if oom else Basis.MINORITY),
         title=(f"rank {f['rank']} ran out of memory at step {f['step']}" if oom else
                f"rank {f['rank']} failed first, at step {f['step']}: {f['type']}"),
         culprit=Culprit(ranks=(f["rank"],), hosts=(f["host"],) if f["host"] else ()),
@@ -95,7 +96,7 @@ def _finding(f: dict, root_cause: bool) -> Finding:
 def _victims(root: dict, victims: list[dict]) -> Finding:
     ranks = sorted({v["rank"] for v in victims})
     return Finding(
-        category=Category.OTHER, severity=Severity.ERROR, confidence=0.8,
+        category=Category.OTHER, severity=Severity.ERROR, **graded(Basis.MINORITY),
         title=f"ranks {', '.join(map(str, ranks))} failed after rank {root['rank']} (victims)",
         culprit=Culprit(), evidence=tuple(v["evidence"] for v in victims[:8]),
         fix=f"nothing to fix on these ranks: they failed because rank {root['rank']} did",
@@ -198,9 +199,9 @@ def _oom(idx: SignalIndex) -> list[Finding]:
     strong += [s for s in idx.of("nccl_cuda_failure")
                if "out of memory" in s.fields.get("error", "")]
     if strong:
-        return [_oom_finding(strong, 0.9 if _on_gpu(strong) else 0.8)]
+        return [_oom_finding(strong, Basis.EMITTER)]
     weak = [s for s in idx.of("oom") if s.fields.get("weak")] + _sigkilled(idx)
-    return [_oom_finding(weak, 0.5)] if weak else []
+    return [_oom_finding(weak, Basis.HEURISTIC)] if weak else []
 
 
 def _on_gpu(sigs: list[Signal]) -> bool:
@@ -224,14 +225,14 @@ def _sigkilled(idx: SignalIndex) -> list[Signal]:
     return out
 
 
-def _oom_finding(sigs: list[Signal], confidence: float) -> Finding:
+def _oom_finding(sigs: list[Signal], basis: Basis) -> Finding:
     first = earliest(sigs)
     ranks = _culprit(first)
     where = "GPU" if _on_gpu(sigs) else "host"
     who = fmt_ranks(ranks) if ranks else "a rank"
     fix = _FIX_GPU_OOM if where == "GPU" else _FIX_HOST_OOM
     oom_ranks = sorted({s.rank for s in sigs if s.rank is not None})
-    return make(Category.OOM, f"{who} ran out of {where} memory first", fix, DETECTOR, confidence,
+    return make(Category.OOM, f"{who} ran out of {where} memory first", fix, DETECTOR, basis,
                 sigs, ranks=ranks, hosts=[first.host], details={"oom_ranks": oom_ranks})
 
 
@@ -252,7 +253,8 @@ def _fingerprints(idx: SignalIndex) -> list[Finding]:
     what = "different collectives" if in_order else "the same collective with different tensors"
     details = {"fingerprints": {str(r): list(v) for r, v in variants.items()}}
     return [make(category, f"ranks run {what} ({sides})", _FIX_ORDER if in_order else _FIX_SHAPES,
-                 DETECTOR, 0.9, sigs, ranks=_odd_rank_out(sigs, variants), details=details)]
+                 DETECTOR, Basis.EMITTER, sigs, ranks=_odd_rank_out(sigs, variants),
+                 details=details)]
 
 
 def _size_header(v: tuple) -> bool:
@@ -317,14 +319,15 @@ def _size_mismatch(idx: SignalIndex) -> list[Finding]:
     ranks = sorted({s.rank for s in sigs if s.rank is not None})[:1]
     header = [s for s in sigs if _SIZE_HEADER_BYTES in (s.fields.get("sizes") or ())]
     if header:
-        return [make(Category.COLLECTIVE_MISMATCH, _TITLE_HEADER, _FIX_SEQUENCE, DETECTOR, 0.65,
+        return [make(Category.COLLECTIVE_MISMATCH, _TITLE_HEADER, _FIX_SEQUENCE,
+                     DETECTOR, Basis.LINE,
                      header, ranks=ranks)]
     title = ("a rank received more bytes than it posted: the ranks' tensor sizes differ in the "
              "same collective, or the ranks are in different collectives")
     fix = ("Rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL to see each rank's op and shape. Same "
            "op, other shapes: make them agree (pad, or exchange sizes first). Different ops: "
            + _FIX_SEQUENCE)
-    return [make(Category.SHAPE_MISMATCH, title, fix, DETECTOR, 0.6, sigs, ranks=ranks)]
+    return [make(Category.SHAPE_MISMATCH, title, fix, DETECTOR, Basis.LINE, sigs, ranks=ranks)]
 
 
 # Object collectives (broadcast_object_list, all_gather_object, gather_object) first send
@@ -355,7 +358,8 @@ def _nan(idx: SignalIndex) -> list[Finding]:
              if s.fields.get("step") is not None]
     title = "non-finite loss or gradients" + (f" from step {steps[0]}" if steps else "")
     title += f", first on {fmt_ranks(culprits)}" if culprits else ""
-    return [make(Category.NAN_INF, title, _FIX_NAN, DETECTOR, 0.8, sigs, ranks=culprits)]
+    return [make(Category.NAN_INF, title, _FIX_NAN, DETECTOR, Basis.EMITTER, sigs,
+                 ranks=culprits)]
 
 
 def _unused_parameters(idx: SignalIndex) -> list[Finding]:
@@ -365,7 +369,7 @@ def _unused_parameters(idx: SignalIndex) -> list[Finding]:
     named = sorted({s.fields["named_rank"] for s in sigs if s.fields.get("named_rank") is not None})
     who = f" on {fmt_ranks(named)}" if named else ""
     return [make(_UNUSED.category, f"DDP parameters received no gradient{who}",
-                 _UNUSED.fix, DETECTOR, _UNUSED.confidence, sigs, ranks=named)]
+                 _UNUSED.fix, DETECTOR, _UNUSED.basis, sigs, ranks=named)]
 
 
 # ---------------------------------------------------------------------------------------
@@ -380,7 +384,7 @@ def _hardware(idx: SignalIndex) -> list[Finding]:
     fix = next((_FIX_HARDWARE[k] for k in kinds if k in _FIX_HARDWARE), _FIX_HARDWARE[None])
     first = earliest(sigs)
     title = f"GPU hardware or driver error: {first.text.strip()[:120]}"
-    return [make(Category.OTHER, title, fix, DETECTOR, 0.85, sigs, ranks=_culprit(first),
+    return [make(Category.OTHER, title, fix, DETECTOR, Basis.EMITTER, sigs, ranks=_culprit(first),
                  hosts=[s.host for s in sigs])]
 
 
@@ -397,7 +401,7 @@ def _nccl_cuda(idx: SignalIndex) -> list[Finding]:
     where = ("peer" if "peer access" in error
              else "nvls" if "nvls" in str(first.fields.get("src")).lower() else None)
     title = f"CUDA failure inside NCCL ('{error}'{' in NVLS setup' if where == 'nvls' else ''})"
-    return [make(Category.OTHER, title, _FIX_NCCL_CUDA[where], DETECTOR, 0.75, sigs,
+    return [make(Category.OTHER, title, _FIX_NCCL_CUDA[where], DETECTOR, Basis.LINE, sigs,
                  ranks=_culprit(first), hosts=[s.host for s in sigs])]
 
 
@@ -413,7 +417,7 @@ def _cuda_errors(idx: SignalIndex) -> list[Finding]:
     first = earliest(sigs)
     who = fmt_ranks([first.rank]) if first.rank is not None else "a rank"
     title = f"CUDA error on {who}: {first.fields.get('message', '')[:100]}"
-    return [make(Category.OTHER, title, _FIX_CUDA_ERROR, DETECTOR, 0.6, sigs,
+    return [make(Category.OTHER, title, _FIX_CUDA_ERROR, DETECTOR, Basis.LINE, sigs,
                  ranks=_culprit(first), details=GENERIC)]
 
 
@@ -424,7 +428,7 @@ def _slurm_nodes(idx: SignalIndex) -> list[Finding]:
         return []
     fix = ("Ask the admins to drain and check the node (sinfo -R); exclude it with --exclude "
            "until it is fixed.")
-    return [make(Category.OTHER, "Slurm reports a node failure", fix, DETECTOR, 0.6, sigs,
+    return [make(Category.OTHER, "Slurm reports a node failure", fix, DETECTOR, Basis.LINE, sigs,
                  hosts=[s.fields.get("node") for s in sigs])]
 
 
@@ -444,7 +448,7 @@ def _tensor_device(idx: SignalIndex) -> list[Finding]:
     where = f" in {caller}" if caller else ""
     title = f"a collective got a tensor on {device}, which its process group has no backend " \
             f"for{where}"
-    return [make(_BACKEND.category, title, _BACKEND.fix, DETECTOR, _BACKEND.confidence, sigs)]
+    return [make(_BACKEND.category, title, _BACKEND.fix, DETECTOR, _BACKEND.basis, sigs)]
 
 
 def call_site(idx: SignalIndex, sig: Signal) -> str | None:
@@ -500,22 +504,22 @@ def _in_library(frame: dict) -> bool:
 
 
 _SIGNAL_FINDINGS = {
-    # signal -> (category, confidence, severity, why, fix)
-    "SIGHUP": (Category.ENV_MISCONFIG, 0.85, Severity.ERROR,
+    # signal -> (category, basis, severity, why, fix)
+    "SIGHUP": (Category.ENV_MISCONFIG, Basis.EMITTER, Severity.ERROR,
                "its terminal or SSH session closed (the launch was not detached from it)",
                "Detach the launcher from the terminal: run it in tmux/screen, or "
                "`setsid nohup torchrun ... > train.log 2>&1 &` (or `nohup ... & disown`), or "
                "submit it through the scheduler. nohup alone does not protect the whole "
                "process tree."),
-    "SIGTERM": (Category.OTHER, 0.5, Severity.ERROR,
+    "SIGTERM": (Category.OTHER, Basis.LINE, Severity.ERROR,
                 "something outside the job terminated it (scheduler, preemption, the host's "
                 "OOM handling, an operator)",
                 "Find the sender: the scheduler's log (time limit, preemption, scancel), "
                 "`dmesg` for the OOM killer, Kubernetes events (eviction); then raise the "
                 "limit or resubmit."),
-    "SIGINT": (Category.OTHER, 0.4, Severity.WARN, "it was interrupted (Ctrl-C)",
+    "SIGINT": (Category.OTHER, Basis.HEURISTIC, Severity.WARN, "it was interrupted (Ctrl-C)",
                "The run was interrupted by hand; nothing in the job failed."),
-    "SIGQUIT": (Category.OTHER, 0.4, Severity.WARN, "it received SIGQUIT",
+    "SIGQUIT": (Category.OTHER, Basis.HEURISTIC, Severity.WARN, "it received SIGQUIT",
                 "The run was stopped from outside; nothing in the job failed."),
 }
 
@@ -529,9 +533,9 @@ def _death_signal(idx: SignalIndex) -> list[Finding]:
     name = earliest(sigs).fields.get("signal")
     if name not in _SIGNAL_FINDINGS or (name == "SIGTERM" and idx.has("slurm_cancelled")):
         return []  # a Slurm cancellation names its own reason (slurm rules)
-    category, confidence, severity, why, fix = _SIGNAL_FINDINGS[name]
+    category, basis, severity, why, fix = _SIGNAL_FINDINGS[name]
     title = f"the launcher (torchrun agent) received {name} and shut down all workers: {why}"
-    return [make(category, title, fix, DETECTOR, confidence, sigs + idx.of("elastic_closing"),
+    return [make(category, title, fix, DETECTOR, basis, sigs + idx.of("elastic_closing"),
                  severity=severity)]
 
 
@@ -543,14 +547,14 @@ def _launcher_args(idx: SignalIndex) -> list[Finding]:
     args = [a for s in sigs for a in s.fields.get("args") or []]
     if any(a.startswith("--local-rank") for a in args):
         return [make(Category.VERSION_MISMATCH, _LOCAL_RANK_DASH, _FIX_LOCAL_RANK_DASH, DETECTOR,
-                     0.85, sigs)]
+                     Basis.EMITTER, sigs)]
     if any(a.startswith("--local_rank") for a in args):
         return [make(Category.ENV_MISCONFIG, "the launcher passes --local_rank, which the script "
-                     "does not declare", _FIX_LOCAL_RANK, DETECTOR, 0.6, sigs)]
+                     "does not declare", _FIX_LOCAL_RANK, DETECTOR, Basis.LINE, sigs)]
     title = f"the script rejects its command line: {sigs[0].fields.get('message', '')[:120]}"
     return [make(Category.ENV_MISCONFIG, title, "Fix the launch command or the script's "
                  "arguments (every worker exits with code 2 before any training).", DETECTOR,
-                 0.45, sigs)]
+                 Basis.HEURISTIC, sigs)]
 
 
 # faulthandler's names of the signals that mean the process itself crashed; "Aborted" is
@@ -575,7 +579,8 @@ def _native_crash(idx: SignalIndex) -> list[Finding]:
     fix = ("A crash in native code (a C++/CUDA extension, a custom kernel, a library ABI "
            "mismatch): rerun that rank under gdb or with TORCH_SHOW_CPP_STACKTRACES=1, check "
            "that compiled extensions match the installed torch/CUDA.")
-    return [make(Category.OTHER, title, fix, DETECTOR, 0.6, sigs + ([stack] if stack else []),
+    return [make(Category.OTHER, title, fix,
+                 DETECTOR, Basis.LINE, sigs + ([stack] if stack else []),
                  ranks=_culprit(first))]
 
 
@@ -612,7 +617,8 @@ def _unexplained(idx: SignalIndex) -> list[Finding]:
         title = f"NCCL {code} error with no detail in the log"
         fix = ("Rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV: the WARN line "
                "before the error names the cause.")
-    return [make(Category.OTHER, title, fix, DETECTOR, 0.3, codes, severity=Severity.WARN,
+    return [make(Category.OTHER, title, fix,
+                 DETECTOR, Basis.HEURISTIC, codes, severity=Severity.WARN,
                  details=GENERIC)]
 
 
@@ -625,7 +631,7 @@ def _launcher_first(sig: Signal) -> Finding:
              + "; the log holds no error of its own")
     fix = (f"Read rank {sig.rank}'s own output (its stderr, or rerun with NCCL_DEBUG=WARN): "
            "the other ranks were terminated because it exited.")
-    return make(Category.OTHER, title, fix, DETECTOR, 0.45, [sig], ranks=[sig.rank])
+    return make(Category.OTHER, title, fix, DETECTOR, Basis.HEURISTIC, [sig], ranks=[sig.rank])
 
 
 def _first_exception(idx: SignalIndex, own: list[Signal]) -> Finding:
@@ -636,7 +642,7 @@ def _first_exception(idx: SignalIndex, own: list[Signal]) -> Finding:
     fix = ("Fix this exception first: the other ranks' errors are consequences of this rank "
            "leaving the job.")
     ranks = [rank] if rank is not None else []
-    return make(Category.OTHER, title, fix, DETECTOR, 0.4, [first], ranks=ranks,
+    return make(Category.OTHER, title, fix, DETECTOR, Basis.HEURISTIC, [first], ranks=ranks,
                 details=GENERIC)
 
 

@@ -26,7 +26,7 @@ from diag.analyze.progress import PENDING, CollOp, RankSeqs, group_members, grou
 from diag.analyze.signals import Signal
 from diag.format.heartbeat import RankBeat
 from diag.format.names import STEP_PHASES
-from diag.verdict import Category, Culprit, Evidence, Finding, Severity
+from diag.verdict import Basis, Category, Culprit, Evidence, Finding, Severity, graded
 
 # =======================================================================================
 # From event logs, heartbeats and Flight Recorder dumps
@@ -57,7 +57,7 @@ def _lone_collectives(inputs: Inputs, source: str, found: list[Finding]) -> list
     if not lone:
         return found
     out = [_lone_finding(inputs, r, op, f) for r, (op, f) in sorted(lone.items())]
-    return out + [replace(f, root_cause=False, severity=Severity.ERROR, confidence=0.5)
+    return out + [replace(f, root_cause=False, severity=Severity.ERROR, **graded(Basis.LINE))
                   if f.root_cause and f.detector == "hangs" else f for f in found]
 
 
@@ -103,7 +103,8 @@ def _lone_finding(inputs: Inputs, rank: int, op: CollOp, held: Finding) -> Findi
                f"wait{'' if len(others) > 1 else 's'} in"
                if missed is not None and others else "")
     return Finding(
-        category=Category.COLLECTIVE_MISMATCH, severity=Severity.CRITICAL, confidence=0.85,
+        category=Category.COLLECTIVE_MISMATCH, severity=Severity.CRITICAL,
+        **graded(Basis.MINORITY),
         title=(f"rank {rank} is inside {op.op} #{op.seq} (group {op.group}), which no other "
                f"rank issued{instead}"),
         culprit=Culprit(ranks=(rank,), hosts=_hosts(inputs, [rank])),
@@ -134,7 +135,7 @@ def _follow_waits(inputs: Inputs, found: list[Finding]) -> list[Finding]:
 
 
 def _waiting_too(finding: Finding, frame: str) -> Finding:
-    return replace(finding, severity=Severity.ERROR, confidence=0.5, root_cause=False,
+    return replace(finding, severity=Severity.ERROR, **graded(Basis.LINE), root_cause=False,
                    title=f"{finding.title.split('; its stack')[0]}; it is itself blocked in "
                          f"{frame}, waiting on another rank")
 
@@ -168,7 +169,8 @@ def _waiting_alone(group: str, waiting: list[int], ranks, finished: list[int]) -
     rows = [ranks[r][ranks[r].last] for r in waiting]
     ops = ", ".join(f"rank {row.rank}: {row.op} #{row.seq}" for row in rows)
     return Finding(
-        category=Category.COLLECTIVE_MISMATCH, severity=Severity.CRITICAL, confidence=0.9,
+        category=Category.COLLECTIVE_MISMATCH, severity=Severity.CRITICAL,
+        **graded(Basis.MINORITY),
         title=(f"ranks {_ranks(waiting)} wait in a collective that ranks {_ranks(finished)} "
                f"never issued; they finished cleanly ({ops})"),
         culprit=Culprit(ranks=tuple(waiting)), evidence=tuple(row.evidence for row in rows),
@@ -200,7 +202,7 @@ def _culprit_finding(inputs: Inputs, source: str, group: str, culprits: list[int
     busy = span is not None
     return Finding(
         category=Category.TIMEOUT_TOO_SHORT if busy else Category.RANK_HANG,
-        severity=Severity.CRITICAL, confidence=0.9 if source == "events" else 0.75,
+        severity=Severity.CRITICAL, **graded(Basis.MINORITY),
         title=(f"rank{'s' if len(culprits) > 1 else ''} {_ranks(culprits)} never joined "
                f"{op} (group {group}); ranks {_ranks(waiting)} wait in it"
                + (f"; busy in span '{span}'" if busy else "") + where),
@@ -220,7 +222,7 @@ def _culprit_finding(inputs: Inputs, source: str, group: str, culprits: list[int
 def _victim_finding(group: str, waiting: list[int], ranks, missed: CollOp | None) -> Finding:
     ev = [ranks[r][ranks[r].last].evidence for r in waiting[:8]]
     return Finding(
-        category=Category.RANK_HANG, severity=Severity.ERROR, confidence=0.9,
+        category=Category.RANK_HANG, severity=Severity.ERROR, **graded(Basis.MINORITY),
         title=f"ranks {_ranks(waiting)} are waiting in group {group} (victims, not causes)",
         culprit=Culprit(), evidence=tuple(ev), fix="nothing to fix on these ranks",
         detector="hangs", root_cause=False, details={"waiting": waiting},
@@ -286,7 +288,7 @@ class Wait:
 class Verdict:
     category: Category
     culprits: tuple
-    confidence: float
+    basis: Basis
     reason: str
     signals: list = field(default_factory=list)
     root_cause: bool = True
@@ -367,7 +369,7 @@ def judge(idx: SignalIndex, waits: list[Wait]) -> Verdict:
     if waits and all(w.sig.kind == "watchdog_frame" for w in waits):
         reason = ("a collective timed out (only the watchdog's C++ frames are in the log: "
                   "they name neither the collective nor the rank that did not arrive)")
-    return Verdict(Category.RANK_HANG, (), 0.35, reason, severity=Severity.WARN)
+    return Verdict(Category.RANK_HANG, (), Basis.HEURISTIC, reason, severity=Severity.WARN)
 
 
 def _failed_first(idx, waits, victims, world) -> Verdict | None:
@@ -376,7 +378,8 @@ def _failed_first(idx, waits, victims, world) -> Verdict | None:
     if first is None:
         return None
     reason = f"rank {first.rank} failed first ({first.kind}); the others timed out waiting for it"
-    return Verdict(Category.RANK_HANG, (first.rank,), 0.6, reason, [first], root_cause=False)
+    return Verdict(Category.RANK_HANG, (first.rank,), Basis.LINE, reason, [first],
+                   root_cause=False)
 
 
 def _broken_gpu(idx, waits, victims, world) -> Verdict | None:
@@ -392,7 +395,7 @@ def _broken_gpu(idx, waits, victims, world) -> Verdict | None:
     where = f" on {broken[0].host}" if broken[0].host else ""
     reason = (f"a GPU failed{where} ({broken[0].text.strip()[:100]}){note}: the timeouts "
               "follow from it")
-    return Verdict(Category.RANK_HANG, (), 0.5, reason, broken[:2], root_cause=False)
+    return Verdict(Category.RANK_HANG, (), Basis.LINE, reason, broken[:2], root_cause=False)
 
 
 def _ras_report(idx, waits, victims, world) -> Verdict | None:
@@ -404,17 +407,17 @@ def _ras_report(idx, waits, victims, world) -> Verdict | None:
     if report is None:
         return None
     if report.behind:
-        return _classified(idx, waits, victims, tuple(sorted(report.behind)), 0.8,
+        return _classified(idx, waits, victims, tuple(sorted(report.behind)), Basis.EMITTER,
                            f"NCCL's RAS report: {report.describe(report.behind)}", report.sigs,
                            named=True)
     if report.ahead:
-        return Verdict(Category.COLLECTIVE_MISMATCH, tuple(sorted(report.ahead)), 0.75,
+        return Verdict(Category.COLLECTIVE_MISMATCH, tuple(sorted(report.ahead)), Basis.EMITTER,
                        f"NCCL's RAS report: {report.describe(report.ahead)}", report.sigs)
     stopped = {**report.status, **{r: "missing from the report" for r in report.missing}}
     if not stopped:
         return None
     what = ", ".join(f"rank {r}: {s}" for r, s in sorted(stopped.items())[:8])
-    return _classified(idx, waits, victims, tuple(sorted(stopped)), 0.7,
+    return _classified(idx, waits, victims, tuple(sorted(stopped)), Basis.EMITTER,
                        f"NCCL's RAS report singles out {what}", report.sigs, named=True)
 
 
@@ -487,7 +490,7 @@ def _monitored_barrier(idx, waits, victims, world) -> Verdict | None:
     ranks = {r for s in sigs for r in s.fields.get("ranks", [])}
     if not ranks:
         return None
-    return _classified(idx, waits, victims, tuple(sorted(ranks)), 0.8,
+    return _classified(idx, waits, victims, tuple(sorted(ranks)), Basis.EMITTER,
                        f"{fmt_ranks(ranks)} failed to reach monitoredBarrier", sigs, named=True)
 
 
@@ -497,7 +500,8 @@ def _desync_report(idx, waits, victims, world) -> Verdict | None:
     if not ranks:
         return None
     reason = f"torch's own diagnostics name {fmt_ranks(ranks)} as the rank the others waited for"
-    return _classified(idx, waits, victims, tuple(sorted(ranks)), 0.8, reason, sigs, named=True)
+    return _classified(idx, waits, victims, tuple(sorted(ranks)), Basis.EMITTER, reason, sigs,
+                       named=True)
 
 
 def _disagreement(idx, waits, victims, world) -> Verdict | None:
@@ -551,7 +555,7 @@ def _behind_the_timed_out(last: dict[int, Wait]) -> Verdict | None:
         return None
     reason = (f"{fmt_ranks(behind)} last enqueued collective #{low}, behind "
               f"{fmt_ranks(timed_out)} whose watchdog fired")
-    return Verdict(Category.RANK_HANG, tuple(behind), 0.65, reason,
+    return Verdict(Category.RANK_HANG, tuple(behind), Basis.MINORITY, reason,
                    [last[r].sig for r in [*behind, *sorted(timed_out)]])
 
 
@@ -583,7 +587,7 @@ def _odd_ones_out(first: dict[int, Wait], attr: str, category: Category | None) 
         category = Category.COLLECTIVE_MISMATCH if ahead else Category.RANK_HANG
     what = {"seq": "sequence number", "op": "collective", "numel": "tensor size"}[attr]
     reason = f"{fmt_ranks(odd)} timed out on a different {what} than {fmt_ranks(major)}"
-    return Verdict(category, odd, 0.75, reason, sigs)
+    return Verdict(category, odd, Basis.MINORITY, reason, sigs)
 
 
 def _absent_ranks(idx, waits, victims, world) -> Verdict | None:
@@ -595,7 +599,7 @@ def _absent_ranks(idx, waits, victims, world) -> Verdict | None:
     if not absent or len(absent) > len(victims):
         return None
     reason = f"{fmt_ranks(victims)} timed out in a collective that {fmt_ranks(absent)} never joined"
-    return _classified(idx, waits, victims, tuple(sorted(absent)), 0.7, reason, [])
+    return _classified(idx, waits, victims, tuple(sorted(absent)), Basis.MINORITY, reason, [])
 
 
 def _lone_after_end(idx, waits, victims, world) -> Verdict | None:
@@ -615,9 +619,9 @@ def _lone_waiter(idx, waits, victims, world) -> Verdict | None:
     # (they were there and did not wait); one rank's paste says nothing about the others
     if not (ends or (barrier and ranks_seen(idx) - victims)):
         return None
-    confidence = 0.75 if ends and barrier else 0.55
+    basis = Basis.LINE if ends and barrier else Basis.HEURISTIC
     why = "waits alone in a barrier-like collective" + (" after training finished" if ends else "")
-    return Verdict(Category.COLLECTIVE_MISMATCH, (rank,), confidence, f"rank {rank} {why}",
+    return Verdict(Category.COLLECTIVE_MISMATCH, (rank,), basis, f"rank {rank} {why}",
                    ends[:2])
 
 
@@ -634,7 +638,8 @@ def _early_small_sync(idx, waits, victims, world) -> Verdict | None:
     who = f"; rank {culprits[0]}, which prints the work, did not arrive" if culprits else ""
     reason = (f"{fmt_ranks(victims) if victims else 'the ranks'} timed out in {sync}, with "
               f"no rank reported failing or running another collective{who}")
-    return Verdict(Category.TIMEOUT_TOO_SHORT, culprits, 0.75 if busy else 0.55, reason,
+    return Verdict(Category.TIMEOUT_TOO_SHORT, culprits,
+                   Basis.LINE if busy else Basis.HEURISTIC, reason,
                    busy[-3:])
 
 
@@ -661,7 +666,7 @@ def _rank0_work(idx, waits, victims, world) -> Verdict | None:
     doing = work[-1]
     reason = (f"{fmt_ranks(victims)} timed out while rank 0 was '{doing.fields['verb']}' "
               "(work a script does on rank 0 alone), at the process-group timeout")
-    return Verdict(Category.TIMEOUT_TOO_SHORT, (0,), 0.5, reason, [doing])
+    return Verdict(Category.TIMEOUT_TOO_SHORT, (0,), Basis.HEURISTIC, reason, [doing])
 
 
 def _early_default_sync(waits: list[Wait], world: int | None) -> str | None:
@@ -683,33 +688,34 @@ def _early_default_sync(waits: list[Wait], world: int | None) -> str | None:
 # Why the culprit did not come
 
 
-def _classified(idx, waits, victims, culprits, confidence, reason, sigs,
+def _classified(idx, waits, victims, culprits, basis, reason, sigs,
                 named: bool = False) -> Verdict:
     """The culprit is known; its category comes from what it was doing. ``named``: torch
     itself named the rank that did not arrive (monitoredBarrier, desync debug), so the
-    barrier-shape of the collective says nothing about a mismatch."""
+    barrier-shape of the collective says nothing about a mismatch. What it was doing is
+    read from lines around it: no surer than that (``Basis.LINE``) or a guess."""
     busy = _busy_progress(idx, victims)
     if busy:
-        return Verdict(Category.TIMEOUT_TOO_SHORT, culprits, 0.75,
+        return Verdict(Category.TIMEOUT_TOO_SHORT, culprits, min(basis, Basis.LINE),
                        f"{reason}, while progress lines show it still working", sigs + busy[-3:])
     doing = _busy_activity(idx, culprits, waits)
     if doing:
-        return Verdict(Category.TIMEOUT_TOO_SHORT, culprits, 0.55,
+        return Verdict(Category.TIMEOUT_TOO_SHORT, culprits, Basis.HEURISTIC,
                        f"{reason}; its last words were '{doing.fields['verb']}'", sigs + [doing])
     short = [w for w in waits if w.timeout_ms and w.timeout_ms <= SHORT_TIMEOUT_MS]
     if short:
         seconds = short[0].timeout_ms // 1000
-        return Verdict(Category.TIMEOUT_TOO_SHORT, culprits, 0.5,
+        return Verdict(Category.TIMEOUT_TOO_SHORT, culprits, Basis.HEURISTIC,
                        f"{reason}; the process-group timeout is only {seconds} s", sigs)
     sync = None if named else _early_default_sync(waits, world_size(idx))
     if sync:
-        return Verdict(Category.TIMEOUT_TOO_SHORT, culprits, 0.55,
+        return Verdict(Category.TIMEOUT_TOO_SHORT, culprits, Basis.HEURISTIC,
                        f"{reason}; it is {sync}: busy with startup work of its own", sigs)
     if not named and _control_collective(idx, waits):
         why = "the collective is a barrier or flag sync, which a rank-conditional path adds"
-        return Verdict(Category.COLLECTIVE_MISMATCH, culprits, min(confidence, 0.6),
+        return Verdict(Category.COLLECTIVE_MISMATCH, culprits, min(basis, Basis.LINE),
                        f"{reason}; {why}", sigs)
-    return Verdict(Category.RANK_HANG, culprits, confidence, reason, sigs)
+    return Verdict(Category.RANK_HANG, culprits, basis, reason, sigs)
 
 
 def _busy_progress(idx: SignalIndex, victims: set) -> list[Signal]:
@@ -790,7 +796,7 @@ def _root_finding(v: Verdict, waits: list[Wait]) -> Finding:
     sigs = v.signals + [w.sig for w in waits][:6]
     title = f"{v.category.value.replace('_', ' ')}: {v.reason}"
     victims = sorted({w.rank for w in waits if w.rank is not None})
-    return make(v.category, title, fix, DETECTOR, v.confidence, sigs, ranks=v.culprits,
+    return make(v.category, title, fix, DETECTOR, v.basis, sigs, ranks=v.culprits,
                 root_cause=v.root_cause, severity=v.severity, details={"victims": victims})
 
 
@@ -798,7 +804,7 @@ def _symptom_finding(v: Verdict, waits: list[Wait]) -> Finding:
     victims = sorted({w.rank for w in waits if w.rank is not None})
     who = fmt_ranks(victims) if victims else "some ranks"
     return make(v.category, f"{who} timed out or failed waiting in {_collective(waits)}",
-                "These ranks are victims: see the root-cause finding.", DETECTOR, 0.9,
+                "These ranks are victims: see the root-cause finding.", DETECTOR, Basis.MINORITY,
                 [w.sig for w in waits], root_cause=False, details={"victims": victims})
 
 

@@ -23,7 +23,7 @@ from diag.analyze.signals import Signal
 from diag.analyze.collops import SIZE_RULED_OPS
 from diag.analyze.collops import NO_INT
 from diag.analyze.progress import CollOp, RankSeqs, common_seqs, groups_of
-from diag.verdict import Category, Culprit, Finding, Severity
+from diag.verdict import Basis, Category, Culprit, Finding, Severity, graded
 
 SCATTER_OPS = {"reduce_scatter_tensor", "reduce_scatter_single", "_reduce_scatter_base"}
 GATHER_OPS = SIZE_RULED_OPS - SCATTER_OPS
@@ -85,7 +85,7 @@ def _op_mismatch(group, seq, rows, ranks, source) -> Finding:
     extra = " (an extra collective on that rank only)" if culprits else ""
     return Finding(
         category=Category.COLLECTIVE_MISMATCH, severity=Severity.CRITICAL,
-        confidence=0.95 if culprits else 0.6,
+        **graded(Basis.MINORITY if culprits else Basis.LINE),
         title=f"ranks issued different collectives at seq {seq} of group {group}: {seen}{extra}",
         culprit=Culprit(ranks=tuple(culprits)),
         evidence=tuple(rows[r].evidence for r in sorted(rows)),
@@ -102,7 +102,7 @@ def _size_mismatch(group, seq, rows, ranks, source) -> Finding:
     op = next(iter(rows.values())).op
     return Finding(
         category=Category.SHAPE_MISMATCH, severity=Severity.CRITICAL,
-        confidence=0.95 if culprits else 0.6,
+        **graded(Basis.MINORITY if culprits else Basis.LINE),
         title=f"{op} seq {seq} of group {group} has different sizes across ranks: {seen}",
         culprit=Culprit(ranks=tuple(culprits)),
         evidence=tuple(rows[r].evidence for r in sorted(rows)),
@@ -183,7 +183,8 @@ def _size_rules(group: str, ranks: dict[int, RankSeqs]) -> list[Finding]:
             row = seqs.row(int(i))
             if _breaks_size_rule(row):
                 return [Finding(
-                    category=Category.SHAPE_MISMATCH, severity=Severity.CRITICAL, confidence=0.85,
+                    category=Category.SHAPE_MISMATCH, severity=Severity.CRITICAL,
+                    **graded(Basis.EMITTER),
                     title=(f"rank {r}: {row.op} seq {row.seq} of group {group} has input "
                            f"{row.in_numel} and output {row.out_numel} elements, which "
                            f"breaks the size rule for a group of {row.group_size}"),
@@ -437,7 +438,8 @@ def _divergence_finding(comm, opcount, procs, keys, ranks, later: list[bool]) ->
         who=fmt_ranks(culprits) if culprits else "the odd rank")
     evidence = [row.sig for p in [*odd, *[p for p in keys if p not in odd][:3]]
                 for row in procs[p][opcount][:2]]
-    return make(category, title, fix, TEXT_DETECTOR, 0.85 if majority else 0.6, evidence,
+    return make(category, title, fix, TEXT_DETECTOR, Basis.MINORITY if majority else Basis.LINE,
+                evidence,
                 ranks=culprits, hosts=[p[0] for p in odd], severity=Severity.CRITICAL,
                 details={"opcount": opcount, "comm": list(comm), "majority": majority})
 
@@ -485,7 +487,8 @@ def _trace_laggard(procs: dict, ranks: dict[tuple, int]) -> list[Finding]:
              f"{min(last[p] for p in behind):x} while {others} went on to {top:x}")
     sigs = [procs[p][last[p]][-1].sig for p in [*behind, *[p for p in last if p not in behind][:3]]]
     return [make(Category.RANK_HANG, title, _TRACE_FIX_HANG.format(
-        who=fmt_ranks(culprits) if culprits else "the rank behind"), TEXT_DETECTOR, 0.6, sigs,
+        who=fmt_ranks(culprits) if culprits else "the rank behind"),
+        TEXT_DETECTOR, Basis.LINE, sigs,
         ranks=culprits, hosts=[p[0] for p in behind])]
 
 

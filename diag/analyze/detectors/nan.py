@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from diag.analyze.detectors.common import SignalIndex, index, make
 from diag.analyze.inputs import Inputs
-from diag.verdict import Category, Culprit, Evidence, Finding, Severity
+from diag.verdict import Basis, Category, Culprit, Evidence, Finding, Severity, graded
 
 NONFINITE = {"nan", "inf", "-inf"}
 
@@ -29,7 +29,8 @@ def detect(inputs: Inputs) -> list[Finding]:
     param = next((h["param"] for h in at_first if h["param"] and h["rank"] in culprits), None)
     return [Finding(
         category=Category.NAN_INF, severity=Severity.CRITICAL,
-        confidence=0.6 if everyone else 0.9,
+        # the step's own record names it; on every rank at once, which one began it is open
+        **graded(Basis.LINE if everyone else Basis.EMITTER),
         title=(f"non-finite values first at step {first_step} on rank"
                f"{'s' if len(culprits) > 1 else ''} {', '.join(map(str, culprits))}"
                + (f" (first parameter: {param})" if param else "")),
@@ -114,7 +115,7 @@ def _nan_iterations(idx: SignalIndex) -> list[Finding]:
     step = first.fields.get("step")
     title = (f"{sum(s.fields['count'] for s in sigs)} iterations had a NaN/Inf loss"
              + (f", first in the interval ending at iteration {step}" if step else ""))
-    return [make(Category.NAN_INF, title, _FIX_ITERS, DETECTOR, 0.8, sigs[:4],
+    return [make(Category.NAN_INF, title, _FIX_ITERS, DETECTOR, Basis.EMITTER, sigs[:4],
                  severity=Severity.CRITICAL, details={"step": step})]
 
 
@@ -123,29 +124,29 @@ def _loss_scale(idx: SignalIndex) -> list[Finding]:
     verdict = _scale_verdict(sigs)
     if verdict is None:
         return []
-    title, bad, confidence = verdict
-    return [make(Category.NAN_INF, title, _FIX_SCALE, DETECTOR, confidence, bad[:3] + sigs[-1:],
+    title, bad, basis = verdict
+    return [make(Category.NAN_INF, title, _FIX_SCALE, DETECTOR, basis, bad[:3] + sigs[-1:],
                  severity=Severity.CRITICAL, details={"overflows": len(sigs)})]
 
 
 def _scale_verdict(sigs: list) -> tuple[str, list, float] | None:
-    """(title, the overflows that show it, confidence) when the overflows are more than
+    """(title, the overflows that show it, basis) when the overflows are more than
     the scaler calibrating, else None."""
     floor = [s for s in sigs if _at_floor(s)]
     if floor:
         scale = min(_scale_of(s) for s in floor)
         return (f"fp16 gradients overflow even at loss scale {scale:g} ({len(sigs)} overflow "
-                "reports)", floor, 0.75)
+                "reports)", floor, Basis.EMITTER)
     stuck = _stuck_run(sigs)
     if stuck:
         return (f"fp16 loss scale stuck at {stuck[0].fields['scale']:g}: {len(stuck)} overflows "
-                "in a row, every step skipped", stuck, 0.6)
+                "in a row, every step skipped", stuck, Basis.LINE)
     # bf16 has no loss scale: DeepSpeed says only "Skipping step", and each skip is a
     # gradient that is inf/NaN itself
     unscaled = [s for s in sigs if s.fields.get("scale") is None and s.fields.get("next") is None]
     if len(unscaled) >= STUCK_RUN:
         return (f"{len(unscaled)} steps skipped for inf/NaN gradients (no loss scaling)",
-                unscaled, 0.6)
+                unscaled, Basis.LINE)
     return None
 
 

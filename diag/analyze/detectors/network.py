@@ -21,7 +21,7 @@ from diag.analyze.detectors.common import (SignalIndex, bare_address, classify_a
 from diag.analyze.inputs import Inputs
 from diag.analyze.signals import Signal
 from diag.format import schema
-from diag.verdict import Category, Culprit, Evidence, Finding, Severity
+from diag.verdict import Basis, Category, Culprit, Evidence, Finding, Severity, graded
 
 # =======================================================================================
 # From text logs (signals parsed by diag/analyze/textlog.py)
@@ -29,15 +29,16 @@ from diag.verdict import Category, Culprit, Evidence, Finding, Severity
 DETECTOR = "logs_network"  # the `detector` of the text-log findings
 # errno -> (how sure a failed connect means "unreachable", what it usually is)
 _ERRNO = {
-    113: (0.85, "No route to host to a host that is up is a firewall REJECT (firewalld/"
+    113: (Basis.LINE, "No route to host to a host that is up is a firewall REJECT (firewalld/"
                 "iptables) on the ports NCCL picks at random"),
-    101: (0.8, "the network is unreachable from this host: a route or the link is missing"),
-    110: (0.75, "connections time out: a firewall DROP, or a route that leads nowhere"),
-    111: (0.6, "the peer refused: its process died, or a firewall rejects with a reset"),
-    103: (0.55, "the connection was aborted mid-way: a firewall or a flapping link"),
-    104: (0.5, "the connection was reset: a peer died or a middlebox cut it"),
+    101: (Basis.LINE,
+          "the network is unreachable from this host: a route or the link is missing"),
+    110: (Basis.LINE, "connections time out: a firewall DROP, or a route that leads nowhere"),
+    111: (Basis.LINE, "the peer refused: its process died, or a firewall rejects with a reset"),
+    103: (Basis.HEURISTIC, "the connection was aborted mid-way: a firewall or a flapping link"),
+    104: (Basis.HEURISTIC, "the connection was reset: a peer died or a middlebox cut it"),
 }
-_UNKNOWN_ERRNO = (0.5, "connections between the nodes fail")
+_UNKNOWN_ERRNO = (Basis.HEURISTIC, "connections between the nodes fail")
 _BRIDGES = ("docker", "virbr", "veth", "br-", "cni", "flannel", "vmnet")
 
 _FIX_FIREWALL = fixes.sentence(fixes.FIREWALL)
@@ -118,14 +119,14 @@ def _nccl_connect(idx: SignalIndex) -> list[Finding]:
     if not sigs:
         return []
     worst = max(sigs, key=lambda s: _ERRNO.get(s.fields.get("errno"), _UNKNOWN_ERRNO)[0])
-    confidence, why = _ERRNO.get(worst.fields.get("errno"), _UNKNOWN_ERRNO)
+    basis, why = _ERRNO.get(worst.fields.get("errno"), _UNKNOWN_ERRNO)
     peer, port = worst.fields.get("addr"), worst.fields.get("port")
     src = _named(worst.host, _own_address(idx, worst))
     dst = _named(idx.topology.host_of(peer), peer)
     reason = worst.fields.get("reason")
     title = f"NCCL cannot connect {src or 'a rank'} -> {dst}:{port}: {reason} ({why})"
     link = (worst.host or src, idx.topology.host_of(peer) or peer) if src and peer else None
-    return [make(Category.NETWORK_UNREACHABLE, title, _FIX_FIREWALL, DETECTOR, confidence, sigs,
+    return [make(Category.NETWORK_UNREACHABLE, title, _FIX_FIREWALL, DETECTOR, basis, sigs,
                  hosts=_hosts(sigs), link=link)]
 
 
@@ -154,11 +155,9 @@ def _gloo_connect(idx: SignalIndex) -> list[Finding]:
     peer = sigs[0].fields["peer"]
     # a refusal is also what a dead peer's port gives: a crash elsewhere explains it
     refused_only = all(s.fields["what"] == "refused" for s in sigs)
-    confidence = 0.5 if refused_only else 0.6
-    if own_failures(idx):
-        confidence -= 0.2
+    basis = Basis.HEURISTIC if refused_only or own_failures(idx) else Basis.LINE
     return [make(Category.NETWORK_UNREACHABLE, f"Gloo cannot connect to its peer {peer}",
-                 _FIX_FIREWALL, DETECTOR, confidence, sigs, hosts=_hosts(sigs) + [peer])]
+                 _FIX_FIREWALL, DETECTOR, basis, sigs, hosts=_hosts(sigs) + [peer])]
 
 
 def _store_unreachable(idx: SignalIndex) -> list[Finding]:
@@ -172,7 +171,7 @@ def _store_unreachable(idx: SignalIndex) -> list[Finding]:
     routed = any(s.fields.get("errno") in (113, 101) for s in sigs)
     title = f"ranks cannot reach the rendezvous store at {host}:{port}"
     return [make(Category.NETWORK_UNREACHABLE, title, _FIX_STORE.format(host=host, port=port),
-                 DETECTOR, 0.6 if routed else 0.5, sigs, hosts=[host])]
+                 DETECTOR, Basis.LINE, sigs, hosts=[host])]
 
 
 # connect(2)'s errnos that say the address itself is unusable from this host, not that
@@ -199,7 +198,7 @@ def _rendezvous_timeout(idx: SignalIndex) -> list[Finding]:
     if not sigs:
         return []
     return [make(Category.NETWORK_UNREACHABLE, "torchrun's rendezvous timed out: not every "
-                 "node joined", _FIX_RDZV, DETECTOR, 0.4, sigs[:3])]
+                 "node joined", _FIX_RDZV, DETECTOR, Basis.HEURISTIC, sigs[:3])]
 
 
 def _store_bad_address(idx: SignalIndex) -> list[Finding]:
@@ -211,7 +210,7 @@ def _store_bad_address(idx: SignalIndex) -> list[Finding]:
     why = f"errno {f['errno']}: {_BAD_ADDRESS_ERRNO[f['errno']]}"
     title = f"the store address {f.get('host')}:{f.get('port')} is unusable from this host ({why})"
     return [make(Category.ENV_MISCONFIG, title, _FIX_BAD_ADDRESS.format(
-        host=f.get("host"), port=f.get("port"), why=why), DETECTOR, 0.5, sigs,
+        host=f.get("host"), port=f.get("port"), why=why), DETECTOR, Basis.LINE, sigs,
         env_var="MASTER_ADDR")]
 
 
@@ -223,7 +222,8 @@ def _partial_rendezvous(idx: SignalIndex) -> list[Finding]:
         return _rendezvous_timeout(idx)
     f = sigs[0].fields
     title = f"only {f['joined']}/{f['total']} clients reached the rendezvous store"
-    return [make(Category.NETWORK_UNREACHABLE, title, _FIX_PARTIAL, DETECTOR, 0.45, sigs)]
+    return [make(Category.NETWORK_UNREACHABLE, title, _FIX_PARTIAL,
+                 DETECTOR, Basis.HEURISTIC, sigs)]
 
 
 def _plausible(idx: SignalIndex, sig: Signal) -> bool:
@@ -247,7 +247,7 @@ def _ib_link_errors(idx: SignalIndex) -> list[Finding]:
     title = (f"InfiniBand transfers{src} to {peer} fail (retry count exceeded)" if peer else
              f"InfiniBand transfers{src} fail: the work requests' retries are exhausted "
              "(completion status 12/13)")
-    return [make(Category.NETWORK_UNREACHABLE, title, _FIX_IB_LINK, DETECTOR, 0.7, sigs,
+    return [make(Category.NETWORK_UNREACHABLE, title, _FIX_IB_LINK, DETECTOR, Basis.LINE, sigs,
                  hosts=_hosts(sigs), link=(host, peer) if host and peer else None)]
 
 
@@ -268,7 +268,8 @@ def _no_interface(idx: SignalIndex) -> list[Finding]:
     named = f"NCCL_SOCKET_IFNAME={name}: " if name else ""
     evidence = sigs + env_values(idx, "NCCL_SOCKET_IFNAME")
     return [make(Category.WRONG_INTERFACE, f"{named}NCCL found no usable network interface",
-                 _FIX_NO_IFACE.format(named=named), DETECTOR, 0.85, evidence, hosts=_hosts(sigs),
+                 _FIX_NO_IFACE.format(named=named), DETECTOR, Basis.EMITTER, evidence,
+                 hosts=_hosts(sigs),
                  env_var="NCCL_SOCKET_IFNAME")]
 
 
@@ -277,7 +278,7 @@ def _socket_family(idx: SignalIndex) -> list[Finding]:
     if not sigs:
         return []
     title = "NCCL cannot create a bootstrap socket (no usable IP interface)"
-    return [make(Category.WRONG_INTERFACE, title, _FIX_FAMILY, DETECTOR, 0.85, sigs,
+    return [make(Category.WRONG_INTERFACE, title, _FIX_FAMILY, DETECTOR, Basis.EMITTER, sigs,
                  hosts=_hosts(sigs), env_var="NCCL_SOCKET_IFNAME")]
 
 
@@ -291,7 +292,7 @@ def _loopback_bootstrap(idx: SignalIndex) -> list[Finding]:
     if not sigs:
         return []
     title = "NCCL bootstraps on the loopback interface in a multi-node job"
-    return [make(Category.WRONG_INTERFACE, title, _FIX_LOOPBACK, DETECTOR, 0.8, sigs,
+    return [make(Category.WRONG_INTERFACE, title, _FIX_LOOPBACK, DETECTOR, Basis.SETTING, sigs,
                  hosts=_hosts(sigs), env_var="NCCL_SOCKET_IFNAME")]
 
 
@@ -310,7 +311,7 @@ def _bridge_bootstrap(idx: SignalIndex) -> list[Finding]:
     if not sigs:
         return []
     return [make(Category.WRONG_INTERFACE, "NCCL bootstraps on a container bridge address",
-                 _FIX_BRIDGE, DETECTOR, 0.65, sigs, hosts=_hosts(sigs),
+                 _FIX_BRIDGE, DETECTOR, Basis.LINE, sigs, hosts=_hosts(sigs),
                  env_var="NCCL_SOCKET_IFNAME")]
 
 
@@ -334,7 +335,8 @@ def _bridge_socket(idx: SignalIndex) -> list[Finding]:
     fix = (f"Set NCCL_SOCKET_IFNAME={real[0] if real else '<the host interface>'} (the "
            "interface the nodes share) on every node, or exclude the bridges "
            "(NCCL_SOCKET_IFNAME=^docker,br-,veth,lo).")
-    return [make(Category.WRONG_INTERFACE, title, fix, DETECTOR, 0.6, sigs, hosts=_hosts(sigs),
+    return [make(Category.WRONG_INTERFACE, title, fix,
+                 DETECTOR, Basis.LINE, sigs, hosts=_hosts(sigs),
                  env_var="NCCL_SOCKET_IFNAME")]
 
 
@@ -348,7 +350,7 @@ def _mpi_wrong_peer(idx: SignalIndex) -> list[Finding]:
     title = ("Open MPI's TCP transport connected to the wrong process (received unexpected "
              "process identifier): it uses an interface the hosts do not share")
     return [make(_MPI_WRONG_PEER.category, title, _MPI_WRONG_PEER.fix, DETECTOR,
-                 _MPI_WRONG_PEER.confidence, sigs, hosts=_hosts(sigs))]
+                 _MPI_WRONG_PEER.basis, sigs, hosts=_hosts(sigs))]
 
 
 def _bootstrap_failures(idx: SignalIndex) -> list[Signal]:
@@ -398,7 +400,8 @@ def _ipoib_bootstrap(idx: SignalIndex) -> list[Finding]:
     title = f"NCCL bootstraps over IPoIB ({ifaces}) and the nodes cannot connect"
     evidence = [s for s, _, _ in ipoib][:4] + failed[:4]
     return [make(Category.WRONG_INTERFACE, title,
-                 _FIX_IPOIB.format(ifaces=ifaces, subnets=why), DETECTOR, 0.85 if apart else 0.7,
+                 _FIX_IPOIB.format(ifaces=ifaces, subnets=why), DETECTOR,
+                 Basis.SETTING if apart else Basis.LINE,
                  evidence, hosts=_hosts([s for s, _, _ in ipoib]), env_var="NCCL_SOCKET_IFNAME")]
 
 
@@ -420,8 +423,8 @@ def _bootstrap_chain(idx: SignalIndex) -> list[Finding]:
     if _ipoib_bootstrap(idx) or _loopback_bootstrap(idx) or _bridge_bootstrap(idx):
         return []
     title = f"NCCL's bootstrap cannot connect ({failed[0].fields.get('src')} -> bootstrap.cc)"
-    return [make(Category.NETWORK_UNREACHABLE, title, _FIX_BOOTSTRAP, DETECTOR, 0.5, failed,
-                 hosts=_hosts(failed))]
+    return [make(Category.NETWORK_UNREACHABLE, title, _FIX_BOOTSTRAP, DETECTOR, Basis.LINE,
+                 failed, hosts=_hosts(failed))]
 
 
 def _gloo_interface(idx: SignalIndex) -> list[Finding]:
@@ -432,7 +435,8 @@ def _gloo_interface(idx: SignalIndex) -> list[Finding]:
         title = f"GLOO_SOCKET_IFNAME={iface}: no such interface on the host"
         evidence = missing + env_values(idx, "GLOO_SOCKET_IFNAME")
         return [make(Category.WRONG_INTERFACE, title, _FIX_GLOO_IFACE.format(iface=iface),
-                     DETECTOR, 0.9, evidence, hosts=_hosts(missing), env_var="GLOO_SOCKET_IFNAME")]
+                     DETECTOR, Basis.SETTING, evidence, hosts=_hosts(missing),
+                     env_var="GLOO_SOCKET_IFNAME")]
     # connecting to a loopback address that refuses: the peer advertised its hostname's
     # 127.0.1.1 to another node. On one node the same refusal is a dead peer instead.
     looped = [s for s in gloo if is_loopback(s.fields.get("peer"))
@@ -442,9 +446,10 @@ def _gloo_interface(idx: SignalIndex) -> list[Finding]:
     if not looped and not mesh:
         return []
     title = "Gloo cannot connect its full mesh: ranks advertise an unusable address"
-    confidence = (0.8 if multi_node(idx) else 0.7) if looped else 0.55
+    # a loopback address a peer advertised, between nodes, is the setting that failed
+    basis = (Basis.SETTING if multi_node(idx) else Basis.LINE) if looped else Basis.HEURISTIC
     return [make(Category.WRONG_INTERFACE, title, _FIX_GLOO_MESH, DETECTOR,
-                 confidence, looped + mesh, hosts=_hosts(looped + mesh),
+                 basis, looped + mesh, hosts=_hosts(looped + mesh),
                  env_var="GLOO_SOCKET_IFNAME")]
 
 
@@ -471,22 +476,22 @@ def _slow_link(idx: SignalIndex) -> list[Finding]:
     ib_tuned = [s for s in idx.of("env") if str(s.fields.get("var")).startswith("NCCL_IB_")]
     # one node needs no IB: "no device" matters when traffic crosses nodes, or IB was expected
     if no_ib and (crossing or wants_ib or ib_hosts or ib_tuned or multi_node(idx)):
-        return [_ib_missing(no_ib, sockets + crossing + wants_ib, ib_hosts, 0.75)]
+        return [_ib_missing(no_ib, sockets + crossing + wants_ib, ib_hosts, Basis.LINE)]
     if no_ib and sockets:
-        return [_ib_missing(no_ib, sockets, ib_hosts, 0.5)]
+        return [_ib_missing(no_ib, sockets, ib_hosts, Basis.HEURISTIC)]
     if sockets and multi_node(idx):
         return [_sockets_between_nodes(sockets, disabled)]
     return []
 
 
 def _ib_missing(no_ib: list[Signal], also: list[Signal], ib_hosts: set,
-                confidence: float) -> Finding:
-    # some hosts use IB and these do not: the culprit is known, and surer
+                basis: Basis) -> Finding:
+    # some hosts use IB and these do not: the odd ones out are known, and surer
     culprits = {s.host for s in no_ib if s.host and s.host not in ib_hosts}
-    confidence = 0.85 if ib_hosts and culprits else confidence
+    basis = Basis.MINORITY if ib_hosts and culprits else basis
     where = f" on {', '.join(sorted(culprits))}" if culprits else ""
     title = f"InfiniBand not used{where}: NCCL falls back to TCP sockets"
-    return make(Category.SLOW_LINK, title, _FIX_NO_IB, DETECTOR, confidence, no_ib + also[:5],
+    return make(Category.SLOW_LINK, title, _FIX_NO_IB, DETECTOR, basis, no_ib + also[:5],
                 hosts=culprits, severity=Severity.WARN)
 
 
@@ -494,10 +499,10 @@ def _sockets_between_nodes(sockets: list[Signal], disabled: list[Signal]) -> Fin
     if disabled:
         return make(Category.SLOW_LINK, "NCCL_IB_DISABLE=1: inter-node traffic goes over TCP",
                     "Unset NCCL_IB_DISABLE (or set it to 0) if the nodes have InfiniBand/RoCE.",
-                    DETECTOR, 0.55, disabled + sockets[:2], env_var="NCCL_IB_DISABLE",
+                    DETECTOR, Basis.LINE, disabled + sockets[:2], env_var="NCCL_IB_DISABLE",
                     severity=Severity.WARN)
     return make(Category.SLOW_LINK, "inter-node traffic uses TCP sockets", _FIX_SOCKETS, DETECTOR,
-                0.4, sockets[:4], severity=Severity.WARN)
+                Basis.HEURISTIC, sockets[:4], severity=Severity.WARN)
 
 
 # =======================================================================================
@@ -555,7 +560,8 @@ def _node_finding(path: str, node: str, slow: list[dict], median: float) -> Find
     worst = max(mine, key=lambda link: link.get("gbit_per_s") or 0.0)
     peer = worst.get("dst") if worst.get("src") == node else worst.get("src")
     return Finding(
-        category=Category.SLOW_LINK, severity=Severity.ERROR, confidence=0.9,
+        # measured: the node whose every link is the odd one out
+        category=Category.SLOW_LINK, severity=Severity.ERROR, **graded(Basis.MINORITY),
         title=(f"every link of {node} is slow: about {_rate(worst)} against a median of "
                f"{median:.2f} Gbit/s ({len(mine)} directions measured)"),
         culprit=Culprit(hosts=(node,), link=(node, str(peer))), evidence=_evidence(path, mine),
@@ -572,7 +578,7 @@ def _link_finding(path: str, link: dict, median: float) -> Finding:
                "interfaces" if link.get("below_nominal") and nominal
                else f"median {median:.2f} Gbit/s")
     return Finding(
-        category=Category.SLOW_LINK, severity=Severity.ERROR, confidence=0.8,
+        category=Category.SLOW_LINK, severity=Severity.ERROR, **graded(Basis.MINORITY),
         title=f"link {src} -> {dst} runs at {_rate(link)}, {against}",
         culprit=Culprit(hosts=(src, dst), link=(src, dst)), evidence=_evidence(path, [link]),
         fix=f"check the path between {src} and {dst}: both NICs, the switch ports between "

@@ -22,10 +22,9 @@ from dataclasses import dataclass
 from diag.analyze.catalog.emitted import by_id, subsystem
 from diag.analyze.detectors.common import SignalIndex, earliest, index, make
 from diag.analyze.signals import Signal
-from diag.verdict import Category, Finding
+from diag.verdict import Basis, Category, Finding
 
 DETECTOR = "settings"
-CONFIDENCE = 0.75  # a configured value x a failure it governs: below "the emitter names it"
 
 
 @dataclass(frozen=True)
@@ -131,7 +130,7 @@ def _finding(rule: Governs, settings: list[Signal], failures: list[Signal]) -> F
     first = earliest(failures)
     title = (f"{rule.var}={value} is set, and the {rule.subsystems[0]} layer it configures "
              f"fails: {first.text.strip()[:120]}")
-    return make(rule.category, title, rule.fix.replace("{value}", value), DETECTOR, CONFIDENCE,
+    return make(rule.category, title, rule.fix.replace("{value}", value), DETECTOR, Basis.SETTING,
                 settings[:2] + sorted(failures, key=lambda s: (s.file, s.line))[:3],
                 hosts=[s.host for s in settings], env_var=rule.var,  # where it is set
                 details={"principle": "setting_governs_failure", "source": rule.source})

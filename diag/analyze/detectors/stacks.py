@@ -12,11 +12,13 @@ a different number of forwards.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from diag.analyze import stackgroups
 from diag.analyze.detectors.common import fmt_ranks, index, make
 from diag.analyze.inputs import RANK_IN_NAME
 from diag.analyze.signals import Signal
-from diag.verdict import Category, Evidence, Finding
+from diag.verdict import Basis, Category, Evidence, Finding
 
 DETECTOR = "logs_stacks"
 _SHOWN_FRAMES = 5  # frames quoted as evidence
@@ -115,7 +117,7 @@ def _odd_one_out(stacks: dict[tuple, Signal]) -> list[Finding]:
     odd = [s for s in sigs if s.rank in found.culprit.ranks
            or s.rank is None and s.fields.get("pid") in pids] or sigs[:1]
     waiting = [s for s in sigs if s not in odd]
-    return [_stack_finding(found.category, found.title, found.fix, found.confidence, odd,
+    return [_stack_finding(found.category, found.title, found.fix, found.basis, odd,
                            waiting, list(found.culprit.ranks))]
 
 
@@ -150,10 +152,12 @@ def detect(inputs) -> list[Finding]:
 # what a process stuck in each state is doing, for the title; and how sure that it is the
 # culprit: outside communication it is stuck on its own; in a collective it waits for a
 # rank nobody dumped
-_LONE = {"data": ("is stuck in data loading", 0.55), "io": ("is blocked in I/O", 0.5),
-         "compute": ("is busy in its own code", 0.45),
-         "backward": ("waits in backward (DDP/FSDP gradient communication)", 0.35),
-         "collective": ("waits in a collective for a rank that was not dumped", 0.35)}
+_LONE = {"data": ("is stuck in data loading", Basis.LINE),
+         "io": ("is blocked in I/O", Basis.LINE),
+         "compute": ("is busy in its own code", Basis.HEURISTIC),
+         "backward": ("waits in backward (DDP/FSDP gradient communication)", Basis.HEURISTIC),
+         "collective": ("waits in a collective for a rank that was not dumped",
+                        Basis.HEURISTIC)}
 _FIX_LONE = {
     "data": "The input pipeline is stuck: a DataLoader worker that hangs or died (shared "
             "memory, a lock taken before fork, a blocking read in __getitem__). py-spy dump "
@@ -178,13 +182,13 @@ def _lone_dump(idx, stacks: dict[tuple, Signal]) -> list[Finding]:
         return []  # a crash's dump (faulthandler on a fatal signal) is no hang
     sig = next(iter(stacks.values()))
     state, at = stackgroups.state_of(_stack(sig).frames)
-    what, confidence = _LONE[state]
+    what, basis = _LONE[state]
     where = f": {at.func} ({at.file}:{at.line})" if at else ""
     caller = _user_caller(sig)
     title = f"{_who([sig])} {what}{where}" + (f", called from {caller}" if caller else "")
     category = Category.RANK_HANG
     ranks = [sig.rank] if sig.rank is not None and state not in stackgroups.WAITING else []
-    return [_stack_finding(category, title, _FIX_LONE[state], confidence, [sig], [], ranks)]
+    return [_stack_finding(category, title, _FIX_LONE[state], basis, [sig], [], ranks)]
 
 
 def _user_caller(sig: Signal) -> str | None:
@@ -219,7 +223,8 @@ def _forward_counts(gathering: list[Signal], elsewhere: list[Signal]) -> Finding
              f"all-gather ({frame.get('func')}) issued from a forward hook{others}: the ranks "
              "ran a different number of forwards")
     return _stack_finding(Category.COLLECTIVE_MISMATCH, title, _FIX_FORWARDS,
-                          0.75 if generating else 0.6, [first] + elsewhere[:1], [], [])
+                          Basis.LINE if generating else Basis.HEURISTIC,
+                          [first] + elsewhere[:1], [], [])
 
 
 def _waits_in(sig: Signal) -> str:
@@ -273,12 +278,10 @@ def _stack_evidence(sig: Signal) -> list[Evidence]:
     return shown
 
 
-def _stack_finding(category: Category, title: str, fix: str, confidence: float,
+def _stack_finding(category: Category, title: str, fix: str, basis: Basis,
                    odd: list[Signal], waiting: list[Signal], ranks: list[int]) -> Finding:
-    finding = make(category, title, fix, DETECTOR, confidence, odd + waiting[:1], ranks=ranks,
+    finding = make(category, title, fix, DETECTOR, basis, odd + waiting[:1], ranks=ranks,
                    hosts=[s.host for s in odd if s.host])
     quoted = [e for s in odd[:2] for e in _stack_evidence(s)]
     quoted += _stack_evidence(waiting[0])[:3] if waiting else []
-    return Finding(finding.category, finding.severity, finding.confidence, finding.title,
-                   finding.culprit, tuple(quoted), finding.fix, finding.detector,
-                   finding.root_cause, finding.first_seen, finding.details)
+    return replace(finding, evidence=tuple(quoted))

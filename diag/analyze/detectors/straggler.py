@@ -24,7 +24,7 @@ from diag.analyze.detectors.common import SignalIndex, index, make
 from diag.analyze.eventcols import steps_of
 from diag.analyze.inputs import Inputs
 from diag.analyze.progress import RankSeqs, common_seqs, groups_of
-from diag.verdict import Category, Culprit, Evidence, Finding, Severity
+from diag.verdict import Basis, Category, Culprit, Evidence, Finding, Severity, graded
 
 # =======================================================================================
 # From event logs
@@ -165,7 +165,7 @@ def _finding(inputs: Inputs, rank: int, extra: float, step_s: float, peers: list
     kind = "data loading" if data else "compute"
     return Finding(
         category=Category.STRAGGLER, severity=Severity.WARN,
-        confidence=min(0.95, 0.5 + extra / step_s),
+        **graded(Basis.MINORITY),
         title=(f"rank {rank} is a {kind} straggler: it reaches each collective "
                f"{extra * 1000:.1f} ms after the first rank (step {step_s * 1000:.1f} ms, "
                f"{extra / step_s:.0%} of it)"
@@ -187,7 +187,7 @@ def _finding(inputs: Inputs, rank: int, extra: float, step_s: float, peers: list
 def _waiting(inputs: Inputs, rank: int, extra: float, step_s: float) -> Finding:
     log = inputs.events[rank]
     return Finding(
-        category=Category.STRAGGLER, severity=Severity.INFO, confidence=0.3,
+        category=Category.STRAGGLER, severity=Severity.INFO, **graded(Basis.HEURISTIC),
         title=(f"rank {rank} reaches its collectives {extra * 1000:.1f} ms late but computes "
                "no longer than its peers: it waits on the straggler"),
         culprit=Culprit(ranks=(rank,)),
@@ -225,7 +225,8 @@ def _megatron(idx: SignalIndex) -> list[Finding]:
     spread = median(s.fields["max_ms"] / max(s.fields["min_ms"], 1e-9) for s in mine)
     title = (f"rank {rank} is the slowest in {count} of {len(reports)} straggler reports "
              f"(median {spread:.2f}x the fastest)")
-    return [make(Category.STRAGGLER, title, _FIX, DETECTOR, 0.65 if spread >= 1.05 else 0.4, mine,
+    return [make(Category.STRAGGLER, title, _FIX,
+                 DETECTOR, Basis.MINORITY if spread >= 1.05 else Basis.HEURISTIC, mine,
                  ranks=[rank], severity=Severity.WARN, details={"slowdown": round(spread, 3)})]
 
 
@@ -242,5 +243,5 @@ def _deepspeed(idx: SignalIndex) -> list[Finding]:
         return []
     sigs = [s for s in idx.of("comm_timing") if s.rank == slowest]
     title = f"rank {slowest}'s collectives take {medians[slowest] / rest:.1f}x the others'"
-    return [make(Category.STRAGGLER, title, _FIX, DETECTOR, 0.55, sigs, ranks=[slowest],
+    return [make(Category.STRAGGLER, title, _FIX, DETECTOR, Basis.LINE, sigs, ranks=[slowest],
                  severity=Severity.WARN)]
