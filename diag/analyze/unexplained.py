@@ -10,7 +10,8 @@ category is ``other`` at a low confidence: the finding says what failed first, n
 
 from __future__ import annotations
 
-from diag.analyze.detectors.common import fmt_ranks, make, order_key
+from diag.analyze.catalog.emitted import by_id
+from diag.analyze.detectors.common import fmt_ranks, index, make, order_key
 from diag.analyze.errorlines import MAX_ERROR_LINES, error_lines
 from diag.analyze.signals import Signal
 from diag.verdict import Basis, Category, Finding, Severity
@@ -22,11 +23,19 @@ def detect(inputs, findings: list[Finding]) -> list[Finding]:
     and no root cause above info was found; nothing otherwise."""
     if any(f.root_cause and f.severity > Severity.INFO for f in findings):
         return []
-    explained = {(ev.file, ev.line) for f in findings for ev in f.evidence}
+    explained = {(ev.file, ev.line) for f in findings for ev in f.evidence} | _no_failure(inputs)
     errors = [e for e in first_errors(inputs.texts) if (e.file, e.line) not in explained]
     if not errors:
         return []
     return [_finding(errors)]
+
+
+def _no_failure(inputs) -> set[tuple]:
+    """Lines whose template the inventory says reports no failure, error word or not
+    (NCCL's WARN "Failed to open libibverbs.so" is in every log of a host without IB)."""
+    known = by_id()
+    return {(s.file, s.line) for s in index(inputs).of("emitted")
+            if (t := known.get(s.fields["template"])) is not None and not t.failure}
 
 
 def first_errors(texts) -> list[Signal]:

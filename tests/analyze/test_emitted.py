@@ -51,6 +51,9 @@ def carriers(entry) -> dict[str, list[str]]:
         "wrapped at 80": wrapped([*CONTEXT, line], 80),
         "wrapped at 120": wrapped([*CONTEXT, line], 120),
     }
+    unprefixed = re.sub(r"^[\w.-]+:\d+:\d+ \[\d+\] ", "", line)
+    if entry.id.startswith("nccl:") and unprefixed != line and " WARN " in unprefixed:
+        forms["NCCL prefix dropped"] = [unprefixed]  # a paste of the message from its file:line
     if entry.id.startswith("nccl:"):  # torch quotes NCCL's last error after its own
         forms["Last error:"] = [
             "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/"

@@ -36,6 +36,9 @@ def glog_level(body: str) -> str | None:
 
 
 _GLOG = re.compile(r"(?:^|[\s\]:])\[?([IWEF])\d{4} \d\d:\d\d:\d\d")
+# NCCL's WARN names its source file and line ("include/socket.h:344 WARN ..."): what is
+# left of an NCCL line when a paste drops the host:pid:tid prefix (and, before 2.5, NCCL)
+_NCCL_WHERE = re.compile(r"(?:^|\s)[\w/.-]+\.(?:cc|h|c|cpp|cu):\d+ (?:NCCL )?WARN ")
 
 
 def is_chatter(line) -> bool:
@@ -52,7 +55,8 @@ def scopes(line) -> frozenset[str]:
     # same line where a paste or a JSON error file joined the lines
     quoted = getattr(line, "quoted", None) == "nccl" or "Last error:" in body
     named = ("NCCL" in body or "nccl" in body or line.pid is not None or quoted
-             or "NET/Socket" in body or "NET/IB" in body)  # NCCL's own subsystem tags
+             or "NET/Socket" in body or "NET/IB" in body  # NCCL's own subsystem tags
+             or (" WARN " in body and _NCCL_WHERE.search(body, 0, 120) is not None))
     level = nccl_level(body) if named else None
     nccl = named and (level is not None or "NCCL" in body or quoted)
     gloo = not chatter and ("gloo" in body or "Gloo" in body or (

@@ -332,4 +332,24 @@ KUBERNETES = (
               "      Exit Code:    137", "      Exit Code:    1", weak=True),
 )
 
-ENTRIES = OOM + SUBPROCESS + GPU_DRIVER + NAMES + KUBERNETES
+# SIGBUS: on Linux a process touching a page of a mapped file that cannot be backed, in a
+# training job the shared memory of /dev/shm (DataLoader workers' tensors, NCCL's SHM
+# transport) once the tmpfs is full; torch's own SIGBUS handler says so (handler_SIGBUS)
+BUS_ERROR = (
+    Signature(
+        id="shell.bus_error", signal="bus_error", prefilter=("Bus error",),
+        pattern=r"^\s*(?:\S+: line \d+: +\d+ )?Bus error\b(?: \(core dumped\)|:|\s*$| {2,}\S)",
+        fields={},
+        source=Source("bminor/bash", "jobs.c", "notify_of_job_status",
+                      "strsignal(SIGBUS) as the shell reports a job's death ('Bus error (core "
+                      "dumped)'); glibc's psiginfo adds the si_code ('Bus error: nonexistent "
+                      "physical address', BUS_ADRERR)"),
+        examples=(Example("Bus error (core dumped)"),
+                  Example("Bus error: nonexistent physical address"),
+                  Example("/var/spool/slurmd/job7/slurm_script: line 9: 4242 Bus error"
+                          "               (core dumped) python train.py")),
+        near_misses=("ERROR: Unexpected bus error encountered in worker.",
+                     "Bus error handling is documented below")),
+)
+
+ENTRIES = OOM + SUBPROCESS + GPU_DRIVER + NAMES + KUBERNETES + BUS_ERROR

@@ -12,7 +12,7 @@ import re
 
 from diag import fixes
 from diag.analyze.catalog.spec import (Example, Implies, Signature, Source, body, compute,
-                                       const, group, has, search)
+                                       const, group, has, search, stripped)
 from diag.verdict import Basis, Category
 
 NCCL = "NVIDIA/nccl"
@@ -393,13 +393,23 @@ ENTRIES = (
     Signature(
         id="nccl.ibv_call_failed", signal="nccl_ib_error", scope="nccl",
         prefilter=("ibv_", "failed"), pattern=r"ibv_(?P<op>\w+)",
-        fields={"peer": const(None), "status": const(None), "op": str, "gid": has("GID", "gid")},
+        fields={"peer": const(None), "status": const(None), "op": str, "gid": has("GID", "gid"),
+                # "failed with %d %s" (2.19+: errno and strerror), "failed with error %s"
+                "reason": search(r"failed with (?:error )?(?:\d+ )?([A-Za-z][A-Za-z ]{2,40})",
+                                 stripped)},
         source=Source(NCCL, "src/misc/ibvwrap.cc", "wrap_ibv_modify_qp",
                       "and the IBV_*_CHECK macros of the other wrap_ibv_* calls"),
         examples=(Example("n1:1:1 [0] misc/ibvwrap.cc:376 NCCL WARN Call to ibv_modify_qp "
                           "failed with 110 Connection timed out, on dev mlx5_0:1, curr state "
                           "INIT, next state RTR, local GID index 3",
-                          {"op": "modify_qp", "gid": True}),),
+                          {"op": "modify_qp", "gid": True, "reason": "Connection timed out"}),
+                  Example("n1:1:1 [0] misc/ibvwrap.cc:187 NCCL WARN Call to ibv_modify_qp "
+                          "failed with error Network is unreachable",
+                          {"op": "modify_qp", "reason": "Network is unreachable"}),
+                  Example("n1:1:1 [0] misc/ibvwrap.cc:376 NCCL WARN Call to ibv_modify_qp "
+                          "failed with 22 Invalid argument, on dev mlx5_0:1, curr state INIT, "
+                          "next state RTR, local GID index 0",
+                          {"op": "modify_qp", "reason": "Invalid argument"})),
         near_misses=("n1:1:1 [0] NCCL INFO ibv_fork_init() done",)),
     Signature(
         id="nccl.socket_truncated", signal="nccl_truncated", scope="nccl",

@@ -295,6 +295,17 @@ def release(version) -> tuple[int, ...] | None:
     return tuple(int(p) for p in m.group(0).split(".")[:2]) if m else None
 
 
+# ibv_modify_qp's strerror when a queue pair cannot reach its peer: the NICs cannot talk
+# (a rail-only fabric crossed, no route between RoCE subnets), which no GID index fixes
+IB_UNREACHABLE = ("timed out", "unreachable", "no route")
+
+
+def ib_unreachable(sig: Signal) -> bool:
+    """An NCCL ibv_* call that failed because the peer NIC is out of reach."""
+    reason = str(sig.fields.get("reason") or "").lower()
+    return any(word in reason for word in IB_UNREACHABLE)
+
+
 def own_failures(idx: SignalIndex) -> list[Signal]:
     """Signals of a rank failing by itself: OOM, a CUDA or hardware error, a Python
     exception that is not about collectives."""

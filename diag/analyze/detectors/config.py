@@ -18,7 +18,8 @@ from dataclasses import replace
 from diag import fixes
 from diag.analyze.catalog import implied
 from diag.analyze.detectors.common import (SignalIndex, bare_address, classify_address,
-                                           earliest, env_values, index, is_ip, make,
+                                           earliest, env_values, ib_unreachable, index,
+                                           is_ip, make,
                                            multi_node, nccl_launch_incompatible, release,
                                            NCCL_ONE_DEVICE, TORCH_ONE_DEVICE, VERSION_CORE)
 from diag.analyze.inputs import Inputs
@@ -258,15 +259,32 @@ def _device_mapping(idx: SignalIndex) -> list[Finding]:
 
 def _shm(idx: SignalIndex) -> list[Finding]:
     sigs = idx.of("shm_error")
-    if not sigs:
+    if sigs:
+        return [make(_SHM_FULL.category, "shared-memory allocation fails (/dev/shm too small)",
+                     _SHM_FULL.fix, DETECTOR, _SHM_FULL.basis, sigs, hosts=_hosts(sigs))]
+    bus = bus_errors(idx)
+    if not bus:
         return []
-    return [make(_SHM_FULL.category, "shared-memory allocation fails (/dev/shm too small)",
-                 _SHM_FULL.fix, DETECTOR, _SHM_FULL.basis, sigs, hosts=_hosts(sigs))]
+    # the signal alone: what it most often is in a training job, not what the line says
+    title = ("a rank died of SIGBUS (bus error): shared memory (/dev/shm) ran out under it, "
+             "the usual cause in a PyTorch job")
+    return [make(_SHM_FULL.category, title, _SHM_FULL.fix, DETECTOR, Basis.LINE, bus,
+                 hosts=_hosts(bus), ranks=_first_rank(bus))]
+
+
+def bus_errors(idx: SignalIndex) -> list[Signal]:
+    """A process killed by SIGBUS: the shell's or psiginfo's "Bus error", faulthandler's
+    "Fatal Python error: Bus error", or the launcher's exit code -7."""
+    return idx.of("bus_error") + [
+        s for s in idx.of("fatal_python_error", "elastic_failure", "elastic_worker_failed")
+        if str(s.fields.get("message", "")).startswith("Bus error")
+        or s.fields.get("exitcode") == -7 or s.fields.get("signal") == "SIGBUS"]
 
 
 def _ib_gid(idx: SignalIndex) -> list[Finding]:
     sigs = [s for s in idx.of("nccl_ib_error")
-            if s.fields.get("gid") or "modify_qp" in str(s.fields.get("op"))]
+            if (s.fields.get("gid") or "modify_qp" in str(s.fields.get("op")))
+            and not ib_unreachable(s)]
     if not sigs:
         return []
     return [make(Category.ENV_MISCONFIG, "IB/RoCE queue-pair setup fails (GID index)", _FIX_GID,

@@ -558,8 +558,9 @@ def _launcher_args(idx: SignalIndex) -> list[Finding]:
 
 
 # faulthandler's names of the signals that mean the process itself crashed; "Aborted" is
-# left out: torch's watchdog aborts a rank whose collective failed elsewhere
-_CRASHES = ("Segmentation fault", "Bus error", "Illegal instruction", "Floating-point exception")
+# left out: torch's watchdog aborts a rank whose collective failed elsewhere, and "Bus
+# error" is shared memory running out (config._shm)
+_CRASHES = ("Segmentation fault", "Illegal instruction", "Floating-point exception")
 
 
 def _native_crash(idx: SignalIndex) -> list[Finding]:

@@ -16,7 +16,8 @@ from diag import fixes
 from diag.analyze.catalog import implied
 
 from diag.analyze.detectors.common import (SignalIndex, bare_address, classify_address,
-                                           env_values, index, is_loopback, make, multi_node,
+                                           env_values, ib_unreachable, index, is_loopback,
+                                           make, multi_node,
                                            own_failures)
 from diag.analyze.inputs import Inputs
 from diag.analyze.signals import Signal
@@ -54,6 +55,12 @@ _FIX_IB_LINK = (
     "Check the IB link between the two hosts (ibstat, ibdiagnet, port error counters); a "
     "flapping link or a peer that died mid-collective gives this. NCCL_IB_TIMEOUT=22 rides "
     "out short flaps.")
+_FIX_IB_PATH = (
+    "The two NICs have no path between them. On a rail-optimised fabric (only NICs of the "
+    "same index share a switch) set NCCL_CROSS_NIC=0 so NCCL never pairs NICs across rails; "
+    "otherwise check RoCE routing between the GIDs' subnets (ping the remote NIC's address "
+    "from this one, `show_gids` on both hosts) and that NCCL_IB_GID_INDEX selects a routable "
+    "RoCE v2 GID on every node.")
 _FIX_NO_IFACE = "{named}no interface matches on the host: " + fixes.NCCL_IFNAME_NO_MATCH + "."
 _FIX_FAMILY = (
     "NCCL could not open a socket on any IP interface: the container or host has no usable "
@@ -97,7 +104,7 @@ def detect_text(inputs) -> list[Finding]:
     # at equal confidence the earlier rule's finding ranks first: an interface NCCL chose
     # by itself explains a failed connect better than the network does
     for rule in (_ipoib_bootstrap, _nccl_connect, _gloo_connect, _store_unreachable,
-                 _ib_link_errors, _no_interface, _socket_family, _loopback_bootstrap,
+                 _ib_link_errors, _ib_qp_unreachable, _no_interface, _socket_family, _loopback_bootstrap,
                  _bridge_bootstrap, _bridge_socket, _bootstrap_chain, _gloo_interface,
                  _mpi_wrong_peer, _slow_link):
         findings += rule(idx)
@@ -235,6 +242,19 @@ def _plausible(idx: SignalIndex, sig: Signal) -> bool:
         return not multi_node(idx)
     unresolved = {s.fields.get("host") for s in idx.of("name_resolution_failed")}
     return kind is None and host not in unresolved
+
+
+def _ib_qp_unreachable(idx: SignalIndex) -> list[Finding]:
+    """NCCL's ibv_modify_qp (INIT -> RTR) fails with ETIMEDOUT or ENETUNREACH: the local
+    NIC cannot resolve or reach the remote GID, so the two NICs have no path between them."""
+    sigs = [s for s in idx.of("nccl_ib_error") if ib_unreachable(s)]
+    if not sigs:
+        return []
+    where = f" on {sigs[0].host}" if sigs[0].host else ""
+    title = (f"InfiniBand/RoCE queue pairs{where} cannot reach their peer NIC "
+             f"(ibv_{sigs[0].fields.get('op')}: {sigs[0].fields.get('reason')})")
+    return [make(Category.NETWORK_UNREACHABLE, title, _FIX_IB_PATH, DETECTOR, Basis.LINE, sigs,
+                 hosts=_hosts(sigs))]
 
 
 def _ib_link_errors(idx: SignalIndex) -> list[Finding]:
