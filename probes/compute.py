@@ -177,9 +177,13 @@ def _no_peak(name: str, rs: list[RankCompute], p: RankPeak) -> ComputeFinding:
            else "not in ddiag's peak table")
     return ComputeFinding(
         Verdict.PEAK_UNKNOWN, "info", tuple(r.rank for r in rs),
-        f"{name!r} (ranks {', '.join(str(r.rank) for r in rs)}): {why}; no fraction of peak, "
-        "only the comparison with the other ranks",
+        f"{name!r} ({_ranks_text(rs)}): {why}; no fraction of peak, only the comparison "
+        "with the other ranks",
         f"add a row with its datasheet's dense peak to {peaks.PATH.name} (probes/)")
+
+
+def _ranks_text(rs: list[RankCompute]) -> str:
+    return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(str(r.rank) for r in rs)
 
 
 def _too_small(ranks, against) -> tuple[ComputeFinding, ...]:
