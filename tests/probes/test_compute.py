@@ -159,3 +159,16 @@ def test_the_cuda_path_times_a_real_matmul_with_fake_events(fake_cuda):
     log = fake_cuda.log
     iters, _ = compute.measure(lambda: (log.append("mm"), mm()), 0.02, on_cuda=True)
     assert iters == 10 and log.count("event.synchronize") == 2
+
+
+def test_the_cli_exits_1_when_every_gpu_is_below_its_peak(capsys):
+    """No rank stands out from the others, yet all run at 40% of peak: flagged."""
+    import json
+
+    from diag.cli.probe import show
+
+    doc = compute.analyze([rank_at(r, 400.0) for r in range(2)]).to_json()
+    with pytest.raises(SystemExit) as done:
+        show("compute", doc, as_json=True)
+    assert done.value.code == 1
+    assert json.loads(capsys.readouterr().out)["below_peak_ranks"] == [0, 1]
