@@ -147,11 +147,19 @@ def _slow_findings(ranks, slow, median, slow_ratio) -> tuple[ComputeFinding, ...
     on_gpu = any(r.device.startswith("cuda") for r in ranks)
     fix = (PEAK_FIX if on_gpu else "look for other processes on that node's cores (`top`) "
            "and a lowered CPU frequency (`cpupower frequency-info`)")
+    usual = statistics.mode(r.device_name for r in ranks) if ranks else ""
     return tuple(ComputeFinding(
         Verdict.SLOW_VS_PEERS, "warn", (r.rank,),
         f"{_who(r)}: {r.tflops:.3g} TFLOP/s, {r.tflops / median:.2f} x the median "
-        f"{median:.3g} of {len(ranks)} ranks (flagged below {slow_ratio:g})", fix)
-        for r in ranks if r.rank in slow)
+        f"{median:.3g} of {len(ranks)} ranks (flagged below {slow_ratio:g})"
+        + _other_model(r, usual), fix) for r in ranks if r.rank in slow)
+
+
+def _other_model(r: RankCompute, usual: str) -> str:
+    """A slower model among faster ones is expected to lag: say so, it is not a fault."""
+    if not r.device_name or r.device_name == usual:
+        return ""
+    return f"; its GPU is a {r.device_name}, most ranks' a {usual}: a slower model lags"
 
 
 def _below_peak_findings(ranks, against, below, peak_ratio) -> tuple[ComputeFinding, ...]:

@@ -60,6 +60,12 @@ def test_an_unknown_device_gets_no_fraction_and_says_so():
     assert report.to_json()["ranks"][0]["fraction_of_peak"] is None
 
 
+def test_a_slower_model_among_faster_ones_is_named_as_such():
+    ranks = [rank_at(r, 700.0) for r in range(3)] + [rank_at(3, 100.0, "NVIDIA L4")]
+    slow = next(f for f in compute.analyze(ranks).findings if f.verdict is Verdict.SLOW_VS_PEERS)
+    assert slow.ranks == (3,) and "its GPU is a NVIDIA L4, most ranks' a NVIDIA H100" in slow.message
+
+
 def test_a_known_device_without_that_math_says_which_math():
     (f,) = compute.analyze([rank_at(0, 20.0, "Tesla V100-SXM2-16GB")]).findings
     assert f.verdict is Verdict.PEAK_UNKNOWN and "no bf16 peak" in f.message
