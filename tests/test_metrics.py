@@ -4,11 +4,13 @@ Grafana dashboard checked against what that scrape holds."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
 import subprocess
 import time
+import types
 import urllib.parse
 import urllib.request
 
@@ -147,3 +149,112 @@ def test_a_taken_or_bad_port_is_named_with_its_variable_and_training_goes_on(
     (warning,) = [r.getMessage() for r in caplog.records if "metrics" in r.getMessage()]
     assert f"DDIAG_METRICS_PORT={value}" in warning
     assert f"127.0.0.1:{port}" in warning if taken else "integer" in warning
+
+
+# --- GPU gauges, with torch.cuda (and nvidia-ml-py) faked: there is no GPU here ----------
+
+def _never(*_a, **_k):
+    raise AssertionError("the metrics tick must not wait for the device")
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """torch.cuda as a rank that trains on 2 visible GPUs sees it; a sync fails the test."""
+    import torch
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "memory_allocated",
+                        lambda i: calls.append(("allocated", i)) or 3 << 30)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda i: 5 << 30)
+    monkeypatch.setattr(torch.cuda, "utilization", lambda i: calls.append(("util", i)) or 42)
+    monkeypatch.setattr(torch.cuda, "synchronize", _never)
+    monkeypatch.setattr(torch.cuda, "current_stream", _never)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    return calls
+
+
+def _gauges(m) -> dict:
+    from prometheus_client import generate_latest
+
+    text = generate_latest(m.registry).decode()
+    return {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+            if line.startswith("ddiag_gpu_")}
+
+
+def test_gpu_gauges_come_from_torch_when_nvml_is_missing(fake_gpu, monkeypatch):
+    import sys
+
+    from diag.runtime.metrics import RankMetrics
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` raises ImportError
+    m = RankMetrics(rank=3, local_rank=1, host="node2", job="j")
+    m.tick({})
+    g = _gauges(m)
+    assert g["ddiag_gpu_utilization_ratio"] == pytest.approx(0.42)
+    assert g["ddiag_gpu_memory_allocated_bytes"] == 3 << 30
+    assert g["ddiag_gpu_memory_max_reserved_bytes"] == 5 << 30
+    assert math.isnan(g["ddiag_gpu_memory_used_bytes"])  # only NVML sees the whole device
+    assert ("allocated", 1) in fake_gpu and ("util", 1) in fake_gpu  # local rank 1's GPU
+
+
+class FakeNvml:
+    """nvidia-ml-py's calls the reader makes; handles are what they were asked by."""
+
+    def __init__(self) -> None:
+        self.inits = 0
+
+    def nvmlInit(self):  # noqa: N802 - pynvml's names
+        self.inits += 1
+
+    def nvmlDeviceGetHandleByIndex(self, i):  # noqa: N802
+        return ("index", i)
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):  # noqa: N802
+        return ("uuid", uuid)
+
+    def nvmlDeviceGetUtilizationRates(self, h):  # noqa: N802
+        return types.SimpleNamespace(gpu=90 if h == ("index", 5) else 7)
+
+    def nvmlDeviceGetMemoryInfo(self, h):  # noqa: N802
+        return types.SimpleNamespace(used=70 << 30)
+
+
+def test_gpu_gauges_come_from_nvml_for_the_visible_device(fake_gpu, monkeypatch):
+    import sys
+
+    from diag.runtime.metrics import RankMetrics
+
+    nvml = FakeNvml()
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")  # CUDA's device 1 is NVML's 5
+    m = RankMetrics(rank=1, local_rank=1, host="node0", job="j")
+    m.tick({})
+    m.tick({})
+    g = _gauges(m)
+    assert g["ddiag_gpu_utilization_ratio"] == pytest.approx(0.9)
+    assert g["ddiag_gpu_memory_used_bytes"] == 70 << 30
+    assert g["ddiag_gpu_memory_allocated_bytes"] == 3 << 30
+    assert nvml.inits == 1 and not [c for c in fake_gpu if c[0] == "util"]
+
+
+def test_nvml_finds_a_device_named_by_uuid(monkeypatch):
+    from diag.runtime.gpustats import nvml_device
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaaa, GPU-bbbb")
+    assert nvml_device(FakeNvml(), 1) == ("uuid", "GPU-bbbb")
+
+
+def test_a_rank_without_cuda_started_reads_nothing(monkeypatch):
+    """A CPU rank (or one before its first CUDA call): NaN, and CUDA is not started."""
+    import torch
+
+    from diag.runtime.metrics import RankMetrics
+
+    for name in ("memory_allocated", "max_memory_reserved", "utilization", "device_count",
+                 "synchronize", "init"):
+        monkeypatch.setattr(torch.cuda, name, _never)
+    m = RankMetrics(rank=0, local_rank=0, host="n", job="j")
+    m.tick({})
+    assert all(math.isnan(v) for v in _gauges(m).values()) and len(_gauges(m)) == 4

@@ -32,7 +32,7 @@ def test_every_data_file_the_analyzer_and_check_env_read_ships_in_the_package():
 
     data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     patterns = data["package-data"]
-    files = [p for p in (REPO / "diag").rglob("*.tsv")]
+    files = [p for top in ("diag", "probes") for p in (REPO / top).rglob("*.tsv")]
     assert files
     for path in files:
         package_dir = next((d for d in path.parents if (d / "__init__.py").is_file()), None)

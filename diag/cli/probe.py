@@ -1,6 +1,7 @@
 """``ddiag probe``: parse, call ``probes.run``, render. Nothing else.
 
-Exit codes: 0 nothing flagged, 1 slow links or ranks flagged, 2 the probe could not run.
+Exit codes: 0 nothing flagged, 1 slow links or ranks (or GPUs far below their peak)
+flagged, 2 the probe could not run.
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ def show(name: str, doc: dict, as_json: bool) -> None:
         for part, part_doc in (doc["probes"].items() if name == "all" else [(name, doc)]):
             render(part, part_doc)
     parts = doc.get("probes", {}).values() if name == "all" else [doc]
-    flagged = any(d.get("slow_links") or d.get("slow_ranks") for d in parts)
+    flagged = any(d.get("slow_links") or d.get("slow_ranks") or d.get("below_peak_ranks")
+                  for d in parts)
     sys.exit(1 if flagged else 0)
 
 
@@ -144,25 +146,32 @@ def collectives_params(ops: str, min_bytes: int, max_bytes: int, factor: int,
 
 
 @probe.command()
-@click.option("--size", "n", default=1024, show_default=True, help="Matrix side n (n x n).")
-@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]),
-              default="float32", show_default=True)
+@click.option("--size", "n", type=int, default=None,
+              help="Matrix side n (n x n). Default: 8192 on a GPU, 1024 on CPU.")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None,
+              help="Default: bfloat16 on a GPU, float32 on CPU.")
 @click.option("--seconds", default=1.0, show_default=True, help="Target time per rank.")
 @click.option("--slow-ratio", default=0.8, show_default=True,
               help="Flag ranks below this fraction of the median.")
+@click.option("--peak-ratio", default=0.5, show_default=True,
+              help="Flag GPUs below this fraction of their datasheet peak (n >= 4096).")
 @common_options
-def compute(n: int, dtype: str, seconds: float, slow_ratio: float, **opts) -> None:
-    """Matmul throughput of every rank, to find slow nodes.
+def compute(n: int | None, dtype: str | None, seconds: float, slow_ratio: float,
+            peak_ratio: float, **opts) -> None:
+    """Matmul throughput of every rank, against the other ranks and the GPU's peak.
 
     \b
     Examples:
       ddiag probe compute --launcher slurm --nodes 4 --nproc-per-node 8
+      ddiag probe compute --launcher local --nproc-per-node 8 --size 8192 --dtype bfloat16
     """
-    run_and_show("compute", compute_params(n, dtype, seconds, slow_ratio), opts)
+    run_and_show("compute", compute_params(n, dtype, seconds, slow_ratio, peak_ratio), opts)
 
 
-def compute_params(n: int, dtype: str, seconds: float, slow_ratio: float) -> dict:
-    return {"n": n, "dtype": dtype, "target_s": seconds, "slow_ratio": slow_ratio}
+def compute_params(n: int | None, dtype: str | None, seconds: float, slow_ratio: float,
+                   peak_ratio: float) -> dict:
+    return {"n": n, "dtype": dtype, "target_s": seconds, "slow_ratio": slow_ratio,
+            "peak_ratio": peak_ratio}
 
 
 def _defaults(command: click.Command, build) -> dict:

@@ -39,7 +39,7 @@ VERSIONS: dict[str, int] = {
     RENDEZVOUS: 1,
     PROBE_LINKS: 1,
     PROBE_COLLECTIVES: 1,
-    PROBE_COMPUTE: 1,
+    PROBE_COMPUTE: 2,
     PROBES: 1,
     FAULT_MATRIX: 1,
     OVERHEAD_RAW: 1,

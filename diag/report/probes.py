@@ -68,16 +68,31 @@ def render_collectives(doc: dict, console: Console) -> None:
     console.print(t)
 
 
+def _fraction(r: dict) -> str:
+    fraction = r.get("fraction_of_peak")
+    if fraction is None:
+        return "-"
+    style = "bold red" if r.get("below_peak") else "green"
+    return f"[{style}]{fraction:.0%}[/] of {r['peak_tflops']:g}"
+
+
 def render_compute(doc: dict, console: Console) -> None:
+    """Schema 1 documents (no peaks, no findings) render too: those columns show '-'."""
     t = Table(title=f"matmul throughput, {quote(doc['dtype'])}")
-    for name in ("rank", "node", "device", "n", "TFLOP/s", ""):
+    for name in ("rank", "node", "device", "n", "TFLOP/s", "of peak", ""):
         t.add_column(name, justify="right")
     for r in doc["ranks"]:
-        t.add_row(str(r["rank"]), quote(r["node"]), quote(r["device"]), str(r["n"]),
-                  f"{r['tflops']:.3f}", "[bold red]slow[/]" if r["slow"] else "")
+        flags = [w for w, on in (("slow", r["slow"]), ("below peak", r.get("below_peak")))
+                 if on]
+        t.add_row(str(r["rank"]), quote(r["node"]), quote(r.get("device_name") or r["device"]),
+                  str(r["n"]), f"{r['tflops']:.3f}", _fraction(r),
+                  f"[bold red]{', '.join(flags)}[/]" if flags else "")
     console.print(t)
     console.print(f"median {doc['median_tflops']:.3f} TFLOP/s; slow (< {doc['slow_ratio']:g} x "
                   f"median): {quote(', '.join(map(str, doc['slow_ranks'])) or 'none')}")
+    for f in doc.get("findings", []):
+        style = "bold red" if f["severity"] == "warn" else "dim"
+        console.print(f"[{style}]{quote(f['message'])}[/]\n  fix: {quote(f['fix'])}")
 
 
 RENDERERS = {"links": render_links, "collectives": render_collectives,

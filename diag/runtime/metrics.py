@@ -9,8 +9,9 @@ costs the training step nothing. Two ways out:
 - ``DDIAG_METRICS_TEXTFILE_DIR``: a ``ddiag_rank{R}.prom`` file rewritten every second,
   for node-exporter's textfile collector.
 
-GPU memory and utilisation come from nvidia-ml-py (pynvml) when it is installed and a
-GPU is visible.
+GPU utilisation and memory (``gpustats``): NVML (nvidia-ml-py) or torch for the
+device, torch's allocator counters for the rank; none of them waits for the device, and a
+CPU rank exports them as NaN.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+
+from diag.runtime.gpustats import GpuReader
 
 DEFAULT_PORT = 9400
 LABELS = ("rank", "local_rank", "host", "job")
@@ -48,15 +51,18 @@ class RankMetrics:
                                "Seconds since this rank last made progress (a step or a collective)")
         self.gpu_mem = g("ddiag_gpu_memory_used_bytes", "GPU memory in use on the rank's device")
         self.gpu_util = g("ddiag_gpu_utilization_ratio", "GPU utilisation of the rank's device, 0..1")
+        self.gpu_alloc = g("ddiag_gpu_memory_allocated_bytes",
+                           "GPU memory held by this rank's tensors")
+        self.gpu_max_reserved = g("ddiag_gpu_memory_max_reserved_bytes",
+                                  "Peak GPU memory this rank's caching allocator reserved")
         for counter in (self.steps, self.nonfinite):  # exported at 0 before the first event
             counter.labels(**self.labels)
         self.last_progress = time.time()
         self.heartbeat_age.labels(**self.labels).set_function(
             lambda: time.time() - self.last_progress)
-        self._nvml = _nvml_handle(local_rank)
-        if self._nvml is None:  # exported as NaN: "no GPU visible", and dashboards still resolve
-            self.gpu_mem.labels(**self.labels).set(float("nan"))
-            self.gpu_util.labels(**self.labels).set(float("nan"))
+        self._gpu = GpuReader(local_rank)
+        for gauge in self._gpu_gauges().values():  # NaN until read: dashboards still resolve
+            gauge.set(float("nan"))
 
     def observe(self, record: dict) -> None:
         kind = record.get("kind")
@@ -90,12 +96,19 @@ class RankMetrics:
     def tick(self, _record: dict) -> None:
         """About once a second: host and GPU gauges."""
         self.rss.labels(**self.labels).set(_rss_bytes())
-        if self._nvml is not None:
-            import pynvml
+        sample = self._gpu.sample()
+        if sample is None:
+            return
+        for field, gauge in self._gpu_gauges().items():
+            _set(gauge, getattr(sample, field))
 
-            self.gpu_mem.labels(**self.labels).set(pynvml.nvmlDeviceGetMemoryInfo(self._nvml).used)
-            util = pynvml.nvmlDeviceGetUtilizationRates(self._nvml).gpu
-            self.gpu_util.labels(**self.labels).set(util / 100)
+    def _gpu_gauges(self) -> dict:
+        """GpuSample field -> this rank's gauge."""
+        lab = self.labels
+        return {"utilization": self.gpu_util.labels(**lab),
+                "memory_used": self.gpu_mem.labels(**lab),
+                "memory_allocated": self.gpu_alloc.labels(**lab),
+                "max_memory_reserved": self.gpu_max_reserved.labels(**lab)}
 
 
 def _set(gauge, value) -> None:
@@ -106,16 +119,6 @@ def _set(gauge, value) -> None:
 def _rss_bytes() -> int:
     with open("/proc/self/statm") as fh:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _nvml_handle(local_rank: int):
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        return pynvml.nvmlDeviceGetHandleByIndex(local_rank)
-    except Exception:  # noqa: BLE001 - no nvidia-ml-py, no driver, or no GPU: no GPU gauges
-        return None
 
 
 def port_for(local_rank: int) -> int:
