@@ -244,13 +244,16 @@ def _model(s: Snapshot) -> str:
     return f"{len(devices)} x {'/'.join(sorted({d.name for d in devices})) or '?'}"
 
 
+def _narrowest_link(s: Snapshot) -> str:
+    return f"x{min(d.pcie_width or 0 for d in answered(s.facts).devices)}"
+
+
 # (what, the node's value, make, the good value: when set, only nodes without it are odd)
 GPU_ASPECTS: tuple[tuple[str, Callable[[Snapshot], Hashable], Callable, str | None], ...] = (
     ("NVIDIA driver", lambda s: answered(s.facts).driver, fail, None),
     ("GPU model and count", _model, fail, None),
     ("GPU health", gpu_trouble, fail, "healthy"),
-    ("narrowest GPU PCIe link", lambda s: f"x{min(d.pcie_width or 0 for d in answered(s.facts).devices)}",
-     warn, None),
+    ("narrowest GPU PCIe link", _narrowest_link, warn, None),
     ("NVLinks up", lambda s: sum(d.nvlinks_up for d in answered(s.facts).devices), warn, None),
 )
 

@@ -172,7 +172,10 @@ def gpu_facts(host_gpus: int | None, nvml: Any = None,
 
 def record(path: Path) -> dict:
     """Write this node's NVML answers and NVRM kernel-log lines to ``path``."""
-    import pynvml
+    try:
+        import pynvml
+    except ImportError as exc:
+        raise SystemExit(f"--record needs pynvml ({exc}): pip install 'ddiag[gpu]'") from None
 
     rec = Recording(pynvml)
     facts = nvml_facts(rec)
