@@ -1,5 +1,6 @@
 """Across-rank checks: the same versions and variables everywhere, every rank present
-once, no GPU shared within a node, clocks and MTUs that agree, a group that forms."""
+once, no GPU shared within a node, clocks, MTUs and GPUs that agree between nodes, a group
+that forms."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from typing import Callable, Hashable, Sequence
 from diag import fixes
 from diag.format.ranks import as_ranges
 from diag.checkenv.catalog import Scope, lookup
+from diag.checkenv.checks_gpu import HARDWARE, answered
 from diag.checkenv.checks_launch import geometry
 from diag.checkenv.checks_net import gloo_ifnames
+from diag.checkenv.gpurules import fix as gpu_fix
 from diag.checkenv.snapshot import Snapshot
 from diag.checkenv.types import CheckResult, fail, ok, skip, warn
-from diag.verdict import Category
+from diag.verdict import Category, Status
 
 CLOCK_WARN_S = 1.0      # per-rank logs stop lining up; ddiag's cross-rank timing drifts
 CLOCK_FAIL_S = 300.0    # munge and TLS credentials are rejected past five minutes
@@ -224,6 +227,63 @@ def check_group(snaps: Sequence[Snapshot]) -> list[CheckResult]:
                  category=Category.NETWORK_UNREACHABLE)]
 
 
+# --- GPUs across nodes --------------------------------------------------------------------
+
+HEALTH_CHECKS = ("gpu.ecc", "gpu.remap", "gpu.xid")
+
+
+def gpu_trouble(s: Snapshot) -> str:
+    """The node's GPU health in one value: its failing memory and Xid checks, or healthy."""
+    bad = sorted({r.check for r in s.results if r.check in HEALTH_CHECKS
+                  and r.status is Status.FAIL})
+    return " + ".join(bad) or "healthy"
+
+
+def _model(s: Snapshot) -> str:
+    devices = answered(s.facts).devices
+    return f"{len(devices)} x {'/'.join(sorted({d.name for d in devices})) or '?'}"
+
+
+def _narrowest_link(s: Snapshot) -> str:
+    return f"x{min(d.pcie_width or 0 for d in answered(s.facts).devices)}"
+
+
+# (what, the node's value, make, the good value: when set, only nodes without it are odd)
+GPU_ASPECTS: tuple[tuple[str, Callable[[Snapshot], Hashable], Callable, str | None], ...] = (
+    ("NVIDIA driver", lambda s: answered(s.facts).driver, fail, None),
+    ("GPU model and count", _model, fail, None),
+    ("GPU health", gpu_trouble, fail, "healthy"),
+    ("narrowest GPU PCIe link", _narrowest_link, warn, None),
+    ("NVLinks up", lambda s: sum(d.nvlinks_up for d in answered(s.facts).devices), warn, None),
+)
+
+
+def check_gpu_nodes(snaps: Sequence[Snapshot]) -> list[CheckResult]:
+    """One rank per node speaks for its GPUs (every rank of a node sees the same)."""
+    reps = list({s.node: s for s in sorted(snaps, key=lambda s: -s.rank)
+                 if answered(s.facts)}.values())
+    if len(reps) < 2:
+        return [skip("cross.gpu", "fewer than two nodes with NVML's answers: nothing to "
+                     "compare", category=HARDWARE)]
+    out = [r for aspect in GPU_ASPECTS if (r := _compare_nodes(snaps, reps, *aspect))]
+    return out or [ok("cross.gpu", f"GPU driver, model, count, health, PCIe width and "
+                      f"NVLinks alike on all {len(reps)} nodes", category=HARDWARE)]
+
+
+def _compare_nodes(snaps: Sequence[Snapshot], reps: list[Snapshot], what: str,
+                   key: Callable[[Snapshot], Hashable], make: Callable, good: str | None
+                   ) -> CheckResult | None:
+    groups = groups_by(reps, key)
+    if len(groups) < 2:
+        return None
+    shown = "; ".join(f"{v} on {', '.join(sorted(s.node for s in m))}" for v, m in groups)
+    odd = {s.node for v, m in groups if (v != good if good else m is not groups[0][1])
+           for s in m}
+    return make("cross.gpu", f"{what} differs across nodes: {shown}", gpu_fix("cross.gpu"),
+                nodes=tuple(sorted(odd)), category=HARDWARE,
+                ranks=tuple(sorted(s.rank for s in snaps if s.node in odd)))
+
+
 def run_cross(snaps: Sequence[Snapshot], world_size: int | None) -> list[CheckResult]:
     if not snaps:
         return [fail("cross.ranks", "no rank wrote a snapshot", "the ranks died before "
@@ -231,4 +291,5 @@ def run_cross(snaps: Sequence[Snapshot], world_size: int | None) -> list[CheckRe
                      "check-env started them)")]
     return (check_ranks(snaps, world_size) + check_versions(snaps) +
             check_env_consistency(snaps) + check_local_ranks(snaps) + check_devices(snaps) +
-            check_clock(snaps) + check_mtu(snaps) + check_group(snaps))
+            check_clock(snaps) + check_mtu(snaps) + check_gpu_nodes(snaps) +
+            check_group(snaps))

@@ -18,15 +18,17 @@ import time
 from typing import Callable, Mapping, TypeVar
 
 from diag.checkenv import importenv
+from diag.checkenv.gpufacts import gpu_facts
 from diag.checkenv.catalog import in_family
 from diag.checkenv.facts import (
-    UNLIMITED, Iface, Limits, PortProbe, RankFacts, Resolution, Route, Versions,
+    UNLIMITED, GpuFacts, Iface, Limits, PortProbe, RankFacts, Resolution, Route, Versions,
 )
 from diag.checkenv.netfacts import interfaces, route
 
 T = TypeVar("T")
 LOOKUP_TIMEOUT_S = 3.0
 CONNECT_TIMEOUT_S = 2.0
+NVML_TIMEOUT_S = 20.0   # NVML can hang on a GPU that fell off the bus, as nvidia-smi does
 
 
 def bounded(fn: Callable[[], T], seconds: float, on_timeout: T) -> T:
@@ -165,6 +167,12 @@ def host_gpus(root: str = "/proc/driver/nvidia/gpus") -> int | None:
         return None if os.path.exists("/dev/nvidiactl") else 0
 
 
+def gpu(host: int | None) -> GpuFacts:
+    return bounded(lambda: gpu_facts(host), NVML_TIMEOUT_S, GpuFacts(
+        nvml_error=f"NVML did not answer within {NVML_TIMEOUT_S:.0f} s: a GPU may have "
+        "fallen off the bus (nvidia-smi hangs the same way)"))
+
+
 def collect(env: Mapping[str, str] | None = None) -> RankFacts:
     """``env`` defaults to this process's; its import-checked variables are set aside
     before torch is imported here, and vetted after."""
@@ -176,6 +184,7 @@ def collect(env: Mapping[str, str] | None = None) -> RankFacts:
     master, master_route, master_port = master_facts(env, ifaces)
     versions, uuids = torch_facts()
     import_errors = importenv.vet_after_import() if own else {}
+    node_gpus = host_gpus()
     return RankFacts(
         node=env.get("SLURMD_NODENAME") or host, hostname=host,
         env={k: v for k, v in env.items() if in_family(k)}, env_names=tuple(sorted(env)),
@@ -183,5 +192,5 @@ def collect(env: Mapping[str, str] | None = None) -> RankFacts:
         master_route=master_route, master_port=master_port, limits=limits(),
         shm_bytes=shm_bytes(), cpus=len(os.sched_getaffinity(0)), ib_devices=ib_devices(),
         dev_infiniband=os.path.isdir("/dev/infiniband"), libibverbs_error=libibverbs_error(),
-        versions=versions, gpu_uuids=uuids, host_gpus=host_gpus(),
-        import_errors=import_errors, time=time.time())
+        versions=versions, gpu_uuids=uuids, host_gpus=node_gpus,
+        import_errors=import_errors, time=time.time(), gpu=gpu(node_gpus))

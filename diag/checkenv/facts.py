@@ -90,6 +90,68 @@ class Versions:
 
 
 @dataclass(frozen=True)
+class GpuDevice:
+    """One GPU as NVML reports it; a field is None where NVML answered "Not Supported"
+    (or failed), and the call is then listed in ``unanswered``."""
+
+    index: int
+    uuid: str
+    name: str = ""
+    bus_id: str = ""
+    ecc_volatile: int | None = None
+    """Uncorrected ECC errors since the driver loaded (nvmlDeviceGetTotalEccErrors)."""
+    ecc_aggregate: int | None = None
+    """Uncorrected ECC errors over the GPU's life (kept in its InfoROM)."""
+    remap_pending: bool | None = None
+    """A row remap waits for a GPU reset (nvmlDeviceGetRemappedRows; A100 and later)."""
+    remap_failed: bool | None = None
+    retired_pending: bool | None = None
+    """A page retirement waits for a reset (nvmlDeviceGetRetiredPagesPendingStatus; before
+    A100)."""
+    clock_reasons: int | None = None
+    """nvmlDeviceGetCurrentClocksEventReasons: the bitmask of why clocks are held down."""
+    pcie_gen: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width: int | None = None
+    pcie_width_max: int | None = None
+    nvlinks_up: int = 0
+    nvlinks_down: tuple[int, ...] = ()
+    """Link numbers NVML reports inactive; empty and ``nvlinks_up`` 0 without NVLink."""
+    compute_mode: int | None = None
+    """0 default, 1 exclusive thread, 2 prohibited, 3 exclusive process (nvml.h)."""
+    mig_mode: int | None = None
+    persistence: int | None = None
+    unanswered: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    """One ``NVRM: Xid (PCI:...): N, ...`` line of the kernel log."""
+
+    xid: int
+    bus_id: str
+    text: str
+    age_s: float | None = None
+    """Seconds between the line and the collection; None when the log had no clock."""
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    """The node's GPUs through NVML, and the Xid lines of its kernel log."""
+
+    nvml_error: str | None = None
+    """Why NVML gave no answers (pynvml missing, nvmlInit failed); None when it did."""
+    driver: str | None = None
+    cuda_driver: str | None = None
+    """The newest CUDA the driver supports, "12.4" (nvmlSystemGetCudaDriverVersion)."""
+    devices: tuple[GpuDevice, ...] = ()
+    xids: tuple[XidEvent, ...] = ()
+    kernel_log: str = "not read"
+    """Where the Xid lines came from (dmesg, journalctl -k), or why it was not read."""
+    kernel_log_read: bool = False
+
+
+@dataclass(frozen=True)
 class RankFacts:
     """Everything one rank's checks look at.
 
@@ -124,6 +186,8 @@ class RankFacts:
     """Variables torch rejected when its import-time parsers re-ran on them, with its
     message (they are set aside while check-env imports torch)."""
     time: float = 0.0
+    gpu: GpuFacts | None = None
+    """None in snapshots written before the GPU checks (or when not collected)."""
 
     def iface(self, name: str) -> Iface | None:
         return next((i for i in self.interfaces if i.name == name), None)
@@ -152,8 +216,16 @@ def facts_from_json(doc: dict) -> RankFacts:
             values[key] = cls(**_tuples(cls, values[key]))
     values["interfaces"] = tuple(Iface(**_tuples(Iface, i)) for i in doc.get("interfaces", ()))
     values["env"] = dict(doc.get("env", {}))
+    values["gpu"] = gpu_from_json(doc["gpu"]) if isinstance(doc.get("gpu"), dict) else None
     values["import_errors"] = dict(doc.get("import_errors", {}))
     return RankFacts(**values)
+
+
+def gpu_from_json(doc: dict) -> GpuFacts:
+    values = _tuples(GpuFacts, doc)
+    values["devices"] = tuple(GpuDevice(**_tuples(GpuDevice, d)) for d in doc.get("devices", ()))
+    values["xids"] = tuple(XidEvent(**_tuples(XidEvent, x)) for x in doc.get("xids", ()))
+    return GpuFacts(**values)
 
 
 def is_loopback(ip: str) -> bool:

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from diag.format import schema
-from diag.checkenv import checks_host, checks_launch, checks_master, checks_net, checks_vars
+from diag.checkenv import (
+    checks_gpu, checks_host, checks_launch, checks_master, checks_net, checks_vars,
+)
 from diag.checkenv.checks_cross import run_cross
 from diag.checkenv.facts import RankFacts
 from diag.checkenv.snapshot import Snapshot
@@ -20,7 +22,7 @@ from diag.checkenv.types import CheckResult, warn
 from diag.verdict import Status
 
 LOCAL_CHECKS = (checks_vars.CHECKS + checks_net.CHECKS + checks_master.CHECKS +
-                checks_launch.CHECKS + checks_host.CHECKS)
+                checks_launch.CHECKS + checks_host.CHECKS + checks_gpu.CHECKS)
 ORDER = {Status.FAIL: 0, Status.WARN: 1, Status.OK: 2, Status.SKIP: 3}
 
 
