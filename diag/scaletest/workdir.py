@@ -283,6 +283,10 @@ def notes(stage: int, files: StageFiles) -> tuple[list[str], list[str]]:
                  "and it stays there)" if shared else f"in {files.cwd}")
         (warn if shared else said).append(
             f"stage {stage} wrote {names(w.created + w.modified)} {where}{partial}")
+    if not shared and w.modified:  # a copy of the user's file: every stage starts from it
+        warn.append(f"stage {stage} rewrote {names(w.modified)}, its copy of a file in your "
+                    "directory: a job that resumes from a checkpoint it finds there resumed "
+                    "from yours, at every stage")
     if shared and w.removed:
         warn.append(f"stage {stage} removed {names(w.removed)} from your directory {files.cwd}")
     yours = files.in_yours

@@ -109,6 +109,18 @@ def test_a_stage_in_a_mirror_leaves_the_users_directory_as_it_was(tmp_path):
     assert doc["created"] == ["snapshot.pt"] and doc["in_your_directory"]["created"] == []
 
 
+def test_a_checkpoint_the_user_had_is_copied_and_its_rewrite_a_warning(tmp_path):
+    user = _user_dir(tmp_path)
+    (user / "snapshot.pt").write_bytes(b"the user's own")
+    cwd = workdir.prepare(user, tmp_path / "st", 1, shared=False)
+    (cwd.path / "snapshot.pt").write_bytes(b"stage 1's, longer")
+    files = cwd.finish()
+    assert (user / "snapshot.pt").read_bytes() == b"the user's own"
+    assert files.wrote.modified == ("snapshot.pt",) and not files.in_yours.any
+    _, warn = workdir.notes(1, files)
+    assert len(warn) == 1 and "rewrote snapshot.pt" in warn[0] and "resumed" in warn[0]
+
+
 def test_a_write_that_reaches_the_users_directory_is_a_warning(tmp_path):
     user = _user_dir(tmp_path)
     cwd = workdir.prepare(user, tmp_path / "st", 1, shared=False)
