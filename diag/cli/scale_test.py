@@ -61,12 +61,17 @@ class _ScaleTestCommand(click.Command):
 @click.option("--nproc-per-node", default=1, show_default=True, type=click.IntRange(min=1),
               help="Ranks per node (slurm).")
 @click.option("--steps", default=100, show_default=True, type=click.IntRange(min=1),
-              help="Reference trainer's steps per stage. With a command: the steps it does "
-                   "per rank, for throughput from wall time (ddiag passes it to nobody).")
+              help="Reference trainer's steps per stage. With a command: the steps each rank "
+                   "does at every stage, for throughput from wall time (ddiag passes it to "
+                   "nobody; a DistributedSampler's shrinking steps need --strong).")
 @click.option("--metric", metavar="REGEX", default=None, callback=_metric_regex,
               help="With a command that writes no ddiag event logs: its throughput, read "
                    r"from its stdout and stderr by REGEX (group 1, or the whole match), e.g. "
                    r"'(\d+(?:\.\d+)?) samples/s'; the median after the first 20% of matches.")
+@click.option("--shared-cwd", is_flag=True,
+              help="With a command: run every stage in this directory, as it is (each stage "
+                   "sees what the earlier ones wrote, a checkpoint it resumes from). Default: "
+                   "each stage runs in a mirror of it of its own.")
 @click.option("--batch", default=8, show_default=True, type=click.IntRange(min=1),
               help="Per-rank micro-batch.")
 @click.option("--strong", is_flag=True, help="Strong scaling: keep the first stage's global batch.")
@@ -102,7 +107,8 @@ class _ScaleTestCommand(click.Command):
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def scale_test(ctx, stages, mode, launcher, nproc_per_node, steps, metric, batch, strong,
+def scale_test(ctx, stages, mode, launcher, nproc_per_node, steps, metric, shared_cwd, batch,
+               strong,
                width, layers, vocab, inject,
                stage_timeout, stall, keep_going, no_probes, no_check_env, env_on, master_port, out,
                html_out, dry_run, as_json, command) -> None:
@@ -138,6 +144,7 @@ def scale_test(ctx, stages, mode, launcher, nproc_per_node, steps, metric, batch
                               check_env=not no_check_env,
                               env_on=tuple(env_on), master_port=master_port,
                               slurm_job_id=job_id, command=tuple(command), metric=metric,
+                              shared_cwd=shared_cwd, cwd=Path.cwd(),
                               trainer_args=_model_args(width=width, layers=layers, vocab=vocab))
         parse_env_on(cfg.env_on)
     except (ValueError, LaunchError) as exc:

@@ -33,7 +33,7 @@ VERSIONS: dict[str, int] = {
     RUN: 1,
     LAB: 1,
     WATCH: 1,
-    SCALE_TEST: 1,
+    SCALE_TEST: 2,  # 2: a stage's status may be "trained nothing" (its efficiency null)
     SCALE_TEST_PLAN: 1,
     ENV_SNAPSHOT: 1,
     CHECK_ENV: 1,

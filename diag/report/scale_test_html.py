@@ -34,10 +34,21 @@ def _header(result: ScaleTestResult) -> str:
             f'<p class="muted">run directory {esc(cfg.out)}; stages '
             f'{esc(",".join(map(str, cfg.stages)))}; {steps}; {result.seconds:.0f} s{job}'
             + "".join(f"<br>rate from {esc(n)}" for n in result.throughput_notes
-                      if cfg.command) +
+                      if cfg.command) + _command_notes(result) +
             "</p>"
             f'{"; interrupted" if result.interrupted else ""}</p>'
             f'<div class="verdict {verdict_class}"><b>verdict:</b> {esc(result.verdict)}</div>')
+
+
+def _command_notes(result: ScaleTestResult) -> str:
+    """How a command's stages were kept apart, what --steps meant, what each stage
+    wrote, and the warnings that bear on the numbers."""
+    if not result.config.command:
+        return ""
+    lines = [f"working directory: {result.isolation['how']}"]
+    lines += [f"steps: {result.steps_meaning}"] if result.steps_meaning else []
+    lines += result.file_notes[0] + [f"warning: {w}" for w in result.warnings]
+    return "".join(f"<br>{esc(line)}" for line in lines)
 
 
 def stage_table(result: ScaleTestResult) -> str:
@@ -138,7 +149,9 @@ def _normalised_legend(result: ScaleTestResult) -> str:
 
 def _series(result: ScaleTestResult, xs: list[float], eff_top: float, tp_top: float,
             ideal: list[float | None]) -> str:
-    tp = [(x, m.samples_per_s) for x, m in zip(xs, result.metrics) if m and m.samples_per_s]
+    # a stage that trained nothing has a rate that is no throughput: it is not drawn
+    tp = [(x, m.samples_per_s) for x, m, run in zip(xs, result.metrics, result.stages)
+          if m and m.samples_per_s and run.status is not StageStatus.TRAINED_NOTHING]
     parts = [polyline([(x, _y(t, tp_top)) for x, t in zip(xs, ideal) if t], THROUGHPUT, "5 4"),
              polyline([(x, _y(t, tp_top)) for x, t in tp], THROUGHPUT),
              _efficiency_line(result, xs, eff_top, result.efficiency, NORMAL,

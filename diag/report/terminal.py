@@ -197,8 +197,23 @@ def render_scale_test(result, console: Console | None = None) -> None:
     console.print(table)
     for note in result.throughput_notes if own else ():
         console.print(f"rate from {quote(note)}")
+    _command_notes(result, console)
     console.print(Text(f"verdict: {plain(result.verdict)}", style="bold"))
     console.print(f"run directory: {quote(result.config.out)}")
+
+
+def _command_notes(result, console: Console) -> None:
+    """How a command's stages were kept apart, what --steps meant, what each stage wrote,
+    and the warnings that bear on the numbers."""
+    if not result.config.command:
+        return
+    console.print(f"working directory: {quote(result.isolation['how'])}")
+    if result.steps_meaning:
+        console.print(f"steps: {quote(result.steps_meaning)}")
+    for note in result.file_notes[0]:
+        console.print(quote(note))
+    for warning in result.warnings:
+        console.print(Text(f"warning: {plain(warning)}", style="yellow"))
 
 
 _STAGE_LINE = re.compile(r"stage (\d+): (.*)")

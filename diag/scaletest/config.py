@@ -70,6 +70,12 @@ class ScaleTestConfig:
     metric: str | None = None
     """Regex over a command's stdout and stderr whose group 1 (or whole match) is the
     throughput it prints; used when the command writes no event logs."""
+    shared_cwd: bool = False
+    """Run every stage of a command in ``cwd`` itself, as before (--shared-cwd): each
+    stage then sees what the earlier ones wrote there. Default: each stage runs in a
+    mirror of ``cwd`` of its own (diag.scaletest.workdir)."""
+    cwd: Path = field(default_factory=Path.cwd)
+    """The user's working directory, where the command was given."""
     sample_s: float = 2.0
     """Seconds between rounds of stack samples of a command's ranks (py-spy
     --nonblocking): the hang watcher's and the straggler count's input."""
@@ -89,6 +95,9 @@ class ScaleTestConfig:
                 raise ValueError("--metric reads the output of your own command: give it "
                                  "after --, e.g. ddiag scale-test --metric REGEX -- train.py")
             compile_metric(self.metric)
+        if self.shared_cwd and not self.command:
+            raise ValueError("--shared-cwd is about your own command's working directory: "
+                             "give the command after --, or drop --shared-cwd")
         if self.mode == "pipeline" and self.stages[0] < 2 and not self.command:
             raise ValueError("--mode pipeline needs at least 2 ranks per stage: start "
                              "--stages at 2")

@@ -66,7 +66,7 @@ def local_plan(cfg: ScaleTestConfig) -> str:
     the trainer's (or the user's command's) torchrun (its port is picked again at run
     time unless --master-port)."""
     from diag.scaletest.run import preflight
-    from diag.scaletest.stage import job_cmd
+    from diag.scaletest.stage import job_cmd, stage_cwd
 
     lines = []
     for stage in cfg.stages:
@@ -75,6 +75,9 @@ def local_plan(cfg: ScaleTestConfig) -> str:
         lines += [shlex.join(cmd) for _, cmd in preflight(cfg, stage, run_dir)]
         name, argv, env = job_cmd(cfg, stage, run_dir)
         if name == "command":
+            lines.append(f"cd {shlex.quote(str(stage_cwd(cfg, stage)))}  # "
+                         + ("--shared-cwd" if cfg.shared_cwd else "a mirror of "
+                            f"{shlex.quote(str(cfg.cwd.resolve()))}, made when the stage starts"))
             lines.append(f"DDIAG_RUN_DIR={shlex.quote(env['DDIAG_RUN_DIR'])} \\")
         lines.append(shlex.join(argv))
     return "\n".join(lines) + "\n"
@@ -84,14 +87,16 @@ def stage_commands(cfg: ScaleTestConfig) -> list[dict]:
     """Each stage's commands as argv lists, by name: the pre-flight tools, then the
     trainer or the user's command (srun commands on Slurm, torchrun here)."""
     from diag.scaletest.run import preflight
-    from diag.scaletest.stage import job_cmd
+    from diag.scaletest.stage import job_cmd, stage_cwd
 
     stages = []
     for stage in cfg.stages:
         run_dir = cfg.out / f"stage-{stage}"
         commands = [{"name": name, "argv": cmd} for name, cmd in preflight(cfg, stage, run_dir)]
         name, argv, _ = job_cmd(cfg, stage, run_dir)
-        commands.append({"name": name, "argv": argv})
+        # the command's folder (a mirror made when the stage starts); the trainer's: ours
+        cwd = str(stage_cwd(cfg, stage)) if name == "command" else None
+        commands.append({"name": name, "argv": argv, "cwd": cwd})
         stages.append({"stage": stage, "world_size": cfg.world_size(stage),
                        "run_dir": str(run_dir), "commands": commands})
     return stages

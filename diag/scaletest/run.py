@@ -15,7 +15,7 @@ from diag.scaletest.config import ScaleTestConfig
 from diag.scaletest.measure import (PROBE_NORMALISED, RAW, HostReading, StageMetrics,
                                     as_json, efficiencies, efficiency_basis, falls,
                                     normalised_efficiencies, stage_metrics, work_efficiency)
-from diag.scaletest import throughput
+from diag.scaletest import progress, throughput, workdir
 from diag.scaletest.stage import (StageRun, StageStatus, StepOutcome, ddiag_cmd, launch_args,
                                   run_tool, run_trainer, sampled_findings)
 from diag.analyze.busywait import BusyTally
@@ -84,6 +84,42 @@ class ScaleTestResult:
         return [throughput.describe(s, cfg.metric, cfg.steps, cfg.strong)
                 for s in self.throughput_sources]
 
+    @property
+    def first_source(self) -> str | None:
+        """The source of the first measured stage's number: what efficiency is against."""
+        return next((m.source for m in self.metrics if m is not None), None)
+
+    @property
+    def steps_meaning(self) -> str | None:
+        """What --steps and one unit of efficiency mean for a command (None: the trainer,
+        whose --steps are its own and whose efficiency is per sample)."""
+        cfg = self.config
+        return progress.steps_meaning(self.first_source, cfg.steps, cfg.strong) \
+            if cfg.command else None
+
+    @property
+    def file_notes(self) -> tuple[list[str], list[str]]:
+        """What each stage of a command wrote, in sentences; and the warnings: a change
+        to the user's directory, or files a later stage could see."""
+        said, warn = [], []
+        for run in self.stages:
+            if run.files is not None:
+                s, w = workdir.notes(run.stage, run.files)
+                said, warn = said + s, warn + w
+        return said, warn
+
+    @property
+    def warnings(self) -> list[str]:
+        """What the reader must know to trust the numbers, in sentences."""
+        steps = progress.step_count_warning([r.stage for r in self.stages], self.metrics)
+        return ([steps] if steps else []) + self.file_notes[1]
+
+    @property
+    def isolation(self) -> dict | None:
+        cfg = self.config
+        return workdir.isolation(cfg.cwd.resolve(), cfg.out.resolve(), cfg.shared_cwd) \
+            if cfg.command else None
+
     def to_json(self) -> dict:
         cfg = self.config
         return {
@@ -91,7 +127,10 @@ class ScaleTestResult:
             "mode": None if cfg.command else cfg.mode,
             "command": list(cfg.command) or None, "metric": cfg.metric,
             "throughput_sources": self.throughput_sources, "assumption": self.assumption,
-            "throughput_notes": self.throughput_notes,
+            "throughput_notes": self.throughput_notes, "isolation": self.isolation,
+            "efficiency_per": progress.efficiency_per(self.first_source, cfg.strong)
+            if cfg.command else "sample",
+            "steps_meaning": self.steps_meaning, "warnings": self.warnings,
             "launcher": cfg.launcher, "slurm_job_id": cfg.slurm_job_id,
             "stages": list(cfg.stages), "steps": cfg.steps,
             "scaling": "strong" if cfg.strong else "weak", "verdict": self.verdict,
@@ -118,7 +157,8 @@ def _stage_json(run: StageRun, m: StageMetrics | None, eff: float | None,
                        "detail": s.detail} for s in run.steps],
             "busbw_GBps": peak_busbw(run), "hang": run.hang,
             "busiest_node": dict(zip(("node", "ranks", "cores"), run.busiest))
-            if run.busiest else None}
+            if run.busiest else None,
+            "files": run.files.to_json() if run.files else None}
 
 
 def peak_busbw(run: StageRun) -> float | None:
@@ -139,6 +179,7 @@ def scale_test(cfg: ScaleTestConfig, status: Callable[[str], None]) -> ScaleTest
             result.metrics.append(_measure(run, cfg, stage))
             if result.metrics[-1] is None and cfg.metric and run.status is StageStatus.OK:
                 run.status, run.reason = StageStatus.NO_METRIC, _no_metric(run, cfg)
+            _check_trained(result)
             if run.status is not StageStatus.OK and not cfg.keep_going:
                 status(f"stage {stage}: {run.status.value} ({run.reason}); stopping (--keep-going "
                        "runs the later stages anyway)")
@@ -168,7 +209,7 @@ def run_stage(cfg: ScaleTestConfig, stage: int, status: Callable[[str], None]) -
     # a command without the decorator is watched by its stacks, here or on the job's nodes
     sampled = cfg.command and (cfg.launcher == "local" or cfg.slurm_job_id)
     tally = BusyTally() if sampled else None
-    outcome, hang = run_trainer(cfg, stage, run.run_dir, status, tally)
+    outcome, hang = _run_job(cfg, run, status, tally)
     run.steps.append(outcome)
     if tally is not None:
         run.findings = sampled_findings(run.run_dir, tally)
@@ -177,6 +218,22 @@ def run_stage(cfg: ScaleTestConfig, stage: int, status: Callable[[str], None]) -
         run.status = StageStatus.HANG if hang else StageStatus.FAILED
         run.reason = outcome.detail
     return run
+
+
+def _run_job(cfg: ScaleTestConfig, run: StageRun, status: Callable[[str], None],
+             tally: BusyTally | None) -> tuple[StepOutcome, dict | None]:
+    """The trainer, or the command where no earlier stage's outputs are (unless
+    --shared-cwd), what it writes there noticed: a checkpoint it would resume from, say."""
+    if not cfg.command:
+        return run_trainer(cfg, run.stage, run.run_dir, status, tally)
+    try:
+        cwd = workdir.prepare(cfg.cwd, cfg.out, run.stage, cfg.shared_cwd)
+    except OSError as exc:
+        return StepOutcome("command", False, 0.0, f"its working directory could not be made "
+                           f"({exc}); --shared-cwd runs it in yours"), None
+    outcome, hang = run_trainer(cfg, run.stage, run.run_dir, status, tally)
+    run.files = cwd.finish()
+    return outcome, hang
 
 
 def preflight(cfg: ScaleTestConfig, stage: int, run_dir: Path) -> list[tuple[str, list[str]]]:
@@ -244,6 +301,35 @@ def _measure_command(run: StageRun, cfg: ScaleTestConfig, logs) -> StageMetrics 
     return throughput.from_wall(run.world_size, cfg.steps, ran.seconds, work)
 
 
+def _check_trained(result: ScaleTestResult) -> None:
+    """The last stage of a command, when it exited 0 but did less work than the previous
+    stage that trained: its number is no speed-up (progress.trained_nothing)."""
+    cfg, run = result.config, result.stages[-1]
+    if not cfg.command or run.status is not StageStatus.OK:
+        return
+    works = [_work(r, m) for r, m in zip(result.stages, result.metrics)]
+    before = next((w for r, w in zip(result.stages[-2::-1], works[-2::-1])
+                   if r.status is StageStatus.OK and w.metrics is not None), None)
+    why = progress.trained_nothing(works[-1], before, cfg.strong, _visible(result))
+    if why:
+        run.status, run.reason = StageStatus.TRAINED_NOTHING, why
+
+
+def _work(run: StageRun, m: StageMetrics | None) -> progress.StageWork:
+    ran = next((s for s in run.steps if s.name == "command" and s.ok), None)
+    return progress.StageWork(run.stage, run.world_size, ran.seconds if ran else None, m)
+
+
+def _visible(result: ScaleTestResult) -> list[str]:
+    """Files the earlier stages wrote in the directory the last one ran in: only with
+    --shared-cwd do the stages run in one."""
+    if not result.config.shared_cwd:
+        return []
+    wrote = [p for r in result.stages[:-1] if r.files is not None
+             for p in (*r.files.wrote.created, *r.files.wrote.modified)]
+    return list(dict.fromkeys(wrote))
+
+
 def _command_output(run: StageRun) -> str:
     logs = run.run_dir / "logs"
     return "\n".join(p.read_text(errors="replace") for p in
@@ -262,7 +348,9 @@ def conclude(result: ScaleTestResult, status: Callable[[str], None]) -> None:
     from diag.analyze import analyze
 
     cfg = result.config
-    result.efficiency = efficiencies(result.metrics)
+    result.efficiency = efficiencies([  # a stage that trained nothing measures nothing
+        None if r.status is StageStatus.TRAINED_NOTHING else m
+        for r, m in zip(result.stages, result.metrics)])
     for run in result.stages:  # small run dirs: seconds each, and a straggler or slow
         status(f"stage {run.stage}: analyzing")  # link shows before any cliff does
         found = analyze(run.run_dir)
@@ -360,7 +448,9 @@ def verdict(result: ScaleTestResult) -> str:
     failed = [r for r in result.stages if r.status is not StageStatus.OK]
     if failed:
         r = failed[0]
-        return f"stage {r.stage} {r.status.value}: {_top(result, r.stage) or r.reason}"
+        own = r.status is StageStatus.TRAINED_NOTHING  # its reason is why it has no number
+        return f"stage {r.stage} {r.status.value}: " + (
+            r.reason if own else _top(result, r.stage) or r.reason)
     if result.cliff_stage is None:
         return _no_cliff(result)
     return _at_cliff(result)

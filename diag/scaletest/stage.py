@@ -24,6 +24,7 @@ from diag.analyze.busywait import BusyTally, straggler
 from diag.format import schema
 from diag.launch import STEPS_END_S, stop_group, wait_steps_ended
 from diag.scaletest.config import ScaleTestConfig
+from diag.scaletest.workdir import StageFiles
 from diag.verdict import Finding
 
 SAMPLES_FILE = "stack-samples.json"
@@ -52,6 +53,10 @@ class StageStatus(str, enum.Enum):
     NO_METRIC = "no metric"
     """The command ran, wrote no event logs, and --metric matched no number in its
     output: the stage has no throughput."""
+    TRAINED_NOTHING = "trained nothing"
+    """The command exited 0 but did less work than the previous stage (it resumed a
+    checkpoint, or recorded no step): its number is no speed-up, and efficiency and the
+    cliff leave it out (diag.scaletest.progress)."""
 
 
 @dataclass
@@ -69,6 +74,9 @@ class StageRun:
     snapshots; None without them."""
     findings: list[Finding] = field(default_factory=list)
     """From the stage's stack samples (a command's straggler); analyze adds its own."""
+    files: StageFiles | None = None
+    """What a command wrote where it ran (and in the user's directory); None for the
+    reference trainer, which writes only into its run directory."""
 
 
 def ddiag_cmd(*args: str) -> list[str]:
@@ -182,11 +190,21 @@ def trainer_cmd(cfg: ScaleTestConfig, stage: int, run_dir: Path
 def command_cmd(cfg: ScaleTestConfig, stage: int, run_dir: Path
                 ) -> tuple[list[str], dict[str, str]]:
     """The user's command, launched as the trainer is; DDIAG_RUN_DIR names the stage's
-    directory, so a command that uses the decorator writes its event logs there."""
+    directory, so a command that uses the decorator writes its event logs there. PWD
+    names the folder it runs in (a shell would set it; Popen's cwd does not)."""
     from diag.launch import command
 
     argv, env = command(_launch(cfg, stage, cfg.command), None, ())
-    return argv, {**env, **_env(), "DDIAG_RUN_DIR": str(run_dir.resolve())}
+    return argv, {**env, **_env(), "DDIAG_RUN_DIR": str(run_dir.resolve()),
+                  "PWD": str(stage_cwd(cfg, stage))}
+
+
+def stage_cwd(cfg: ScaleTestConfig, stage: int) -> Path:
+    """Where a command's stage runs: the user's directory (--shared-cwd), or its own
+    mirror of it beside the stage's run directory."""
+    from diag.scaletest.workdir import mirror_path
+
+    return cfg.cwd.resolve() if cfg.shared_cwd else mirror_path(cfg.out.resolve(), stage)
 
 
 def job_cmd(cfg: ScaleTestConfig, stage: int, run_dir: Path
@@ -209,7 +227,8 @@ def run_trainer(cfg: ScaleTestConfig, stage: int, run_dir: Path,
     log_dir = run_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     name, argv, env = job_cmd(cfg, stage, run_dir)
-    proc = subprocess.Popen(argv, env=env, text=True,
+    cwd = stage_cwd(cfg, stage) if cfg.command else None
+    proc = subprocess.Popen(argv, env=env, text=True, cwd=cwd,
                             stdout=open(log_dir / f"{name}.out", "w"),
                             stderr=open(log_dir / f"{name}.err", "w"), start_new_session=True)
     hang: dict = {}

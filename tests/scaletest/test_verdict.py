@@ -171,7 +171,7 @@ def test_a_stage_that_hung_is_the_verdict_and_its_status_is_written_as_before():
     doc = json.loads(json.dumps(r.to_json(), default=str))
     assert [s["status"] for s in doc["results"]] == ["ok", "hang", "ok"]
     assert [s.value for s in StageStatus] == ["ok", "hang", "failed", "check-env failed",
-                                              "no metric"]
+                                              "no metric", "trained nothing"]
 
 
 def test_only_findings_above_info_are_problems_of_a_stage():
