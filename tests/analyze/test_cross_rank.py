@@ -11,7 +11,7 @@ from pathlib import Path
 from diag.analyze import analyze
 from diag.analyze.detectors.mismatch import _distinct_devices, _quoted_numbers
 from diag.analyze.signals import Signal
-from diag.verdict import Category
+from diag.verdict import Basis, Category, Severity
 
 # ncclDataType_t
 INT8, INT64, FP16, FP32, BF16 = 0, 4, 6, 7, 9
@@ -225,8 +225,19 @@ def test_a_single_rank_paste_of_an_early_flag_sync_is_a_timeout_too_short(tmp_pa
     assert top.category is Category.TIMEOUT_TOO_SHORT and top.culprit.ranks == ()
 
 
-def test_a_late_collective_in_a_single_rank_paste_is_not_called_a_short_timeout(tmp_path):
+def test_a_late_one_element_sync_in_a_single_rank_paste_is_a_busy_rank(tmp_path):
+    # a one-element all-reduce late in training is a sync or a metric around work some
+    # ranks do alone (a rank stuck mid-step leaves the others in the gradient all-reduce);
+    # rank 3 waited, rank 0 is the one a script gives such work to: a guess, and said so
     lines = [_WATCHDOG.format(r=3, m=40, seq=48113, op="ALLREDUCE", n=1, t=1800000, ran=1800300)]
+    top = findings(tmp_path, lines)[0]
+    assert top.category is Category.TIMEOUT_TOO_SHORT and top.culprit.ranks == (0,)
+    assert top.basis is Basis.HEURISTIC and top.severity is Severity.WARN
+
+
+def test_a_late_gradient_sized_collective_is_not_a_busy_rank(tmp_path):
+    lines = [_WATCHDOG.format(r=3, m=40, seq=48113, op="ALLREDUCE", n=25557032, t=1800000,
+                              ran=1800300)]
     assert all(f.category is not Category.TIMEOUT_TOO_SHORT for f in findings(tmp_path, lines))
 
 

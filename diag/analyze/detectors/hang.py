@@ -361,7 +361,7 @@ def judge(idx: SignalIndex, waits: list[Wait]) -> Verdict:
     world = world_size(idx)
     for rule in (_failed_first, _broken_gpu, _ras_report, _monitored_barrier, _desync_report,
                  _disagreement, _enqueue_gap, _lone_after_end, _absent_ranks, _lone_waiter,
-                 _early_small_sync, _rank0_work):
+                 _early_small_sync, _rank0_work, _small_sync):
         verdict = rule(idx, waits, victims, world)
         if verdict:
             return verdict
@@ -667,6 +667,41 @@ def _rank0_work(idx, waits, victims, world) -> Verdict | None:
     reason = (f"{fmt_ranks(victims)} timed out while rank 0 was '{doing.fields['verb']}' "
               "(work a script does on rank 0 alone), at the process-group timeout")
     return Verdict(Category.TIMEOUT_TOO_SHORT, (0,), Basis.HEURISTIC, reason, [doing])
+
+
+def _small_sync(idx, waits, victims, world) -> Verdict | None:
+    """Every timeout is in one sync of a few elements (a barrier, a flag or a metric's
+    all-reduce) and nothing says a rank failed or diverged. Scripts put such syncs around
+    work some ranks do alone (saving, evaluating, preparing data, mostly on rank 0): the
+    ranks that arrived waited out the timeout while the others worked, and a stuck rank
+    is rarer there than a busy one (a rank stuck mid-step leaves the others in the next
+    step's gradient all-reduce, not in a sync). Not when every rank waits in it (nobody was
+    elsewhere) or the timeout was chosen (then it was sized for the work). Rank 0 is named
+    only when it is not among the waiters."""
+    sync = _one_sync(waits, world)
+    everyone = bool(world) and victims >= set(range(world))
+    if sync is None or everyone or any(w.timeout_ms not in DEFAULT_TIMEOUTS_MS for w in waits
+                                      if w.sig.kind == "watchdog_timeout"):
+        return None
+    culprits = (0,) if victims and 0 not in victims else ()
+    who = "rank 0, not among them, was" if culprits else "a rank was"
+    reason = (f"{fmt_ranks(victims) if victims else 'the ranks'} timed out in {sync}, a sync "
+              f"of a few elements, with no rank reported failing: {who} likely busy with "
+              "work of its own (saving, evaluating, preparing data) past the timeout")
+    return Verdict(Category.TIMEOUT_TOO_SHORT, culprits, Basis.HEURISTIC, reason,
+                   [w.sig for w in waits[:2]], severity=Severity.WARN)
+
+
+def _one_sync(waits: list[Wait], world: int | None) -> str | None:
+    """'<op> #<seq> (<n> element(s))' when the timed-out collectives are all one small
+    sync; None otherwise."""
+    timed = [w for w in waits if w.seq is not None and w.sig.kind == "watchdog_timeout"]
+    if not timed or len({(w.seq, w.op, w.pg) for w in timed}) != 1:
+        return None
+    w = timed[0]
+    small = (w.numel is not None and w.numel <= max(world or 0, 1)) or \
+        (w.op or "").upper().lstrip("_") == "BARRIER"
+    return f"{w.op} #{w.seq} ({w.numel} element(s))" if small else None
 
 
 def _early_default_sync(waits: list[Wait], world: int | None) -> str | None:
