@@ -52,6 +52,8 @@ _NOT_HOSTS = ("rank", "step", "epoch", "iter", "batch", "layer", "loss", "cuda",
 _RANK_BRACKET = re.compile(r"\[(?:PG [^\]]{0,80}?)?Rank (\d+)\]")
 # "[rank=3] ..." "[RANK 3]" "rank: 3 |"
 _RANK_LOOSE = re.compile(r"\[rank[=: ]?(\d+)\]", re.IGNORECASE)
+# a script's own per-rank print, its rank first: "rank 4, fetch sample 12", "Rank 3: loss"
+_RANK_LEAD = re.compile(r"rank[=: ]{0,2}(\d{1,6})(?:,|:|\s+-?\s)", re.IGNORECASE)
 # a per-rank log's file name: "rank3.log"  "train_rank_03.out"  "log.rank-12"
 _RANK_IN_PATH = re.compile(r"(?<![a-z])rank[_.-]?(\d{1,6})(?!\d)", re.IGNORECASE)
 # "node5:240:240 [6] NCCL INFO ..."  host:pid:tid [cudaDev]
@@ -170,7 +172,7 @@ def parse_line(n: int, raw: str, year: int = 2000) -> _Line:
         m = _RANK_BRACKET.search(body)
         line.rank = int(m.group(1)) if m else None
     if line.rank is None and "ank" in body[:80]:
-        m = _RANK_LOOSE.search(body, 0, 80)
+        m = _RANK_LOOSE.search(body, 0, 80) or _RANK_LEAD.match(body)
         line.rank = int(m.group(1)) if m else None
     return line
 
@@ -205,6 +207,7 @@ class Extractor:
     pid_rank: dict = field(default_factory=dict)  # (host, pid) -> (nranks, rank)
     once: set = field(default_factory=set)  # keys of the once-per-process signals emitted
     last_error_next: bool = False  # the previous line ended with torch's "Last error:"
+    printers: dict = field(default_factory=dict)  # rank -> [lines it printed, its first line]
 
     def emit(self, kind: str, line: _Line, rank: int | None = None, **fields) -> Signal:
         if line.pid is not None or line.proc is not None:
@@ -237,6 +240,8 @@ class Extractor:
     def feed(self, n: int, raw: str) -> None:
         line = parse_line(n, raw, self.year)
         self.year = line.year or self.year
+        if line.rank is not None and 0 <= line.rank < MAX_WORLD_SIZE:
+            self.printers.setdefault(line.rank, [0, n])[0] += 1
         if self.last_error_next:
             line.quoted = "nccl"
         # torch prints NCCL's message on the line after "Last error:" (NCCLUtils.cpp)
@@ -254,6 +259,10 @@ class Extractor:
         _elastic_flush(self)
         stacktext.flush(self)
         self.signals = _fill_ranks(self.signals, self.pid_rank, rank_of_path(self.file))
+        if self.printers:  # who spoke at all: the silent rank is the odd one out
+            first = min(n for _, n in self.printers.values())
+            self.signals.append(Signal("rank_lines", self.file, first, "", fields={
+                "ranks": {r: count for r, (count, _) in self.printers.items()}}))
         return self.signals
 
 

@@ -401,12 +401,21 @@ STORE_ENTRIES += (
         prefilter=("store based barrier",),
         pattern=r"store based barrier.*?world_size=(?P<total>\d+), "
                 r"(?:worker_count|num_workers_joined)=(?P<joined>\d+)",
-        fields={"joined": int, "total": int},
+        fields={"joined": int, "total": int,
+                # the process group's ordinal: 1 is init_process_group's, 2+ new_group's
+                "group": search(r"store_based_barrier_key:(\d+)", int),
+                "waiter": search(r"for rank:? (\d+)", int)},
         source=Source(TORCH, "torch/distributed/distributed_c10d.py", "_store_based_barrier",
                       "torch 2.x says num_workers_joined=, 1.x worker_count="),
         examples=(Example("RuntimeError: Timed out initializing process group in store based "
                           "barrier on rank: 0, for key: store_based_barrier_key:1 (world_size=2, "
-                          "worker_count=1, timeout=0:30:00)", {"joined": 1, "total": 2}),
+                          "worker_count=1, timeout=0:30:00)", {"joined": 1, "total": 2,
+                                                               "group": 1, "waiter": None}),
+                  Example("I0510 07:28:04.417845 1398 distributed_c10d.py:337] Waiting in store "
+                          "based barrier to initialize process group for rank: 2, key: "
+                          "store_based_barrier_key:2 (world_size=8, worker_count=7, "
+                          "timeout=0:30:00)", {"joined": 7, "total": 8, "group": 2,
+                                               "waiter": 2}),
                   Example("torch.distributed.DistStoreError: Timed out initializing process group "
                           "in store based barrier on rank 3, for key: store_based_barrier_key:1 "
                           "(world_size=8, num_workers_joined=7, timeout=0:30:00 error=Socket "

@@ -266,6 +266,7 @@ SHORT_TIMEOUT_MS = 120_000  # torch's defaults are 10 and 30 min; a 2-min one is
 # torch's default process-group timeouts: 10 min for NCCL since 2.2, 30 min before and for
 # the other backends (torch/distributed/constants.py); HF and accelerate default to 30 min
 DEFAULT_TIMEOUTS_MS = (600_000, 1_800_000)
+MIN_SPEAKERS = 4  # ranks that print before one silent rank says something
 EARLY_SEQ = 5  # the first few collectives of a group: setup syncs, before any training step
 # hardware_error kinds that mean the GPU itself is gone or broken
 _BROKEN_GPU = frozenset({"fell_off_bus", "gpu_lost", "ecc"})
@@ -300,13 +301,35 @@ def detect_text(inputs) -> list[Finding]:
     idx = index(inputs)
     waits = collect_waits(idx)
     if not waits and not idx.has(*_NAMING_KINDS):
-        return []
+        return _silent_rank(idx)
     verdict = judge(idx, waits)
     return [_root_finding(verdict, waits)] + ([_symptom_finding(verdict, waits)] if waits else [])
 
 
 # ---------------------------------------------------------------------------------------
 # Who waited
+
+
+def _silent_rank(idx: SignalIndex) -> list[Finding]:
+    """Nothing timed out, but the log's lines come from every rank of the job save one:
+    a job where each rank prints and one never does has that rank stopped (the per-rank
+    print is how a hang is bisected by hand). Said as a guess, at warning level."""
+    said: Counter = Counter()
+    for s in idx.of("rank_lines"):
+        said.update(s.fields["ranks"])
+    top = max(said, default=-1)
+    world = max(world_size(idx) or 0, top + 1)
+    silent = set(range(world)) - set(said)
+    if len(said) < MIN_SPEAKERS or len(silent) != 1:
+        return []
+    rank = silent.pop()
+    title = (f"rank {rank} printed nothing while {fmt_ranks(said)} printed "
+             f"{sum(said.values())} lines: it is the rank that stopped")
+    fix = (f"See where rank {rank} is: `py-spy dump --pid <pid>` on it (or `ddiag stacks "
+           "--pid <launcher pid>`); usual causes are a stuck DataLoader worker, a deadlock or a "
+           "lost GPU. If that rank only logs less, this is no hang: the log says nothing else.")
+    return [make(Category.RANK_HANG, title, fix, DETECTOR, Basis.HEURISTIC,
+                 idx.of("rank_lines")[:1], ranks=[rank], severity=Severity.WARN)]
 
 
 def collect_waits(idx: SignalIndex) -> list[Wait]:

@@ -16,9 +16,8 @@ from diag import fixes
 from diag.analyze.catalog import implied
 
 from diag.analyze.detectors.common import (SignalIndex, bare_address, classify_address,
-                                           env_values, ib_unreachable, index, is_loopback,
-                                           make, multi_node,
-                                           own_failures)
+                                           env_values, fmt_ranks, ib_unreachable, index,
+                                           is_loopback, make, multi_node, own_failures)
 from diag.analyze.inputs import Inputs
 from diag.analyze.signals import Signal
 from diag.format import schema
@@ -51,6 +50,10 @@ _FIX_PARTIAL = (
     "The missing nodes never reached the rendezvous store: check on them that MASTER_ADDR/"
     "MASTER_PORT point at this node, that the port is open between the nodes "
     "(`nc -zv <master> <port>`), and that they started.")
+_FIX_LATE_GROUP = (
+    "Find what the missing rank runs before its new_group call (py-spy dump --pid on it): "
+    "new_group must be called by every rank, in the same order; code before it that only "
+    "some ranks run, or that blocks (a logger's login, a download, a lock), keeps it away.")
 _FIX_IB_LINK = (
     "Check the IB link between the two hosts (ibstat, ibdiagnet, port error counters); a "
     "flapping link or a peer that died mid-collective gives this. NCCL_IB_TIMEOUT=22 rides "
@@ -227,10 +230,29 @@ def _partial_rendezvous(idx: SignalIndex) -> list[Finding]:
             if s.fields.get("joined", 0) < s.fields.get("total", 0)]
     if not sigs:
         return _rendezvous_timeout(idx)
+    later = [s for s in sigs if (s.fields.get("group") or 1) > 1]
+    if later:
+        return [_late_to_new_group(later)]
     f = sigs[0].fields
     title = f"only {f['joined']}/{f['total']} clients reached the rendezvous store"
     return [make(Category.NETWORK_UNREACHABLE, title, _FIX_PARTIAL,
                  DETECTOR, Basis.HEURISTIC, sigs)]
+
+
+def _late_to_new_group(sigs: list[Signal]) -> Finding:
+    """The store barrier of a later process group (new_group: key 2 and up) is missing a
+    rank: every rank reached the store for the first group, so the missing one is connected
+    and stuck, or busy, on its way to new_group, not unreachable."""
+    f = sigs[0].fields
+    waiting = {s.fields.get("waiter") for s in sigs} - {None}
+    missing = set(range(f["total"])) - waiting
+    named = sorted(missing) if len(missing) == f["total"] - f["joined"] else []
+    who = fmt_ranks(named) if named else f"{f['total'] - f['joined']} rank(s)"
+    title = (f"{who} never reached new_group's store barrier (process group "
+             f"{f['group']}; {f['joined']} of {f['total']} arrived) though every rank "
+             "joined the first group: it is stuck or busy before new_group")
+    return make(Category.RANK_HANG, title, _FIX_LATE_GROUP, DETECTOR, Basis.LINE, sigs,
+                ranks=named)
 
 
 def _plausible(idx: SignalIndex, sig: Signal) -> bool:
@@ -499,8 +521,8 @@ def _slow_link(idx: SignalIndex) -> list[Finding]:
         return [_ib_missing(no_ib, sockets + crossing + wants_ib, ib_hosts, Basis.LINE)]
     if no_ib and sockets:
         return [_ib_missing(no_ib, sockets, ib_hosts, Basis.HEURISTIC)]
-    if sockets and multi_node(idx):
-        return [_sockets_between_nodes(sockets, disabled)]
+    if sockets:  # the node count unknown: NCCL's only network is sockets, said as a maybe
+        return [_sockets_between_nodes(sockets, disabled, multi_node(idx))]
     return []
 
 
@@ -515,14 +537,18 @@ def _ib_missing(no_ib: list[Signal], also: list[Signal], ib_hosts: set,
                 hosts=culprits, severity=Severity.WARN)
 
 
-def _sockets_between_nodes(sockets: list[Signal], disabled: list[Signal]) -> Finding:
+def _sockets_between_nodes(sockets: list[Signal], disabled: list[Signal],
+                           nodes: bool) -> Finding:
     if disabled:
         return make(Category.SLOW_LINK, "NCCL_IB_DISABLE=1: inter-node traffic goes over TCP",
                     "Unset NCCL_IB_DISABLE (or set it to 0) if the nodes have InfiniBand/RoCE.",
                     DETECTOR, Basis.LINE, disabled + sockets[:2], env_var="NCCL_IB_DISABLE",
                     severity=Severity.WARN)
-    return make(Category.SLOW_LINK, "inter-node traffic uses TCP sockets", _FIX_SOCKETS, DETECTOR,
-                Basis.HEURISTIC, sockets[:4], severity=Severity.WARN)
+    title = ("inter-node traffic uses TCP sockets" if nodes else
+             "NCCL's network transport is TCP sockets: traffic between nodes, if the job "
+             "spans any, goes over TCP")
+    return make(Category.SLOW_LINK, title, _FIX_SOCKETS, DETECTOR, Basis.HEURISTIC,
+                sockets[:4], severity=Severity.WARN)
 
 
 # =======================================================================================
