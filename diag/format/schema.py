@@ -24,6 +24,7 @@ PROBES = "ddiag.probes"
 FAULT_MATRIX = "ddiag.fault_matrix"
 OVERHEAD_RAW = "ddiag.overhead_raw"
 STACK_SAMPLES = "ddiag.stack_samples"
+WATCH_KILL = "ddiag.watch_kill"
 
 # The major version each format is written at (and the newest a reader understands).
 VERSIONS: dict[str, int] = {
@@ -44,6 +45,7 @@ VERSIONS: dict[str, int] = {
     FAULT_MATRIX: 1,
     OVERHEAD_RAW: 1,
     STACK_SAMPLES: 1,
+    WATCH_KILL: 1,
 }
 
 
