@@ -128,7 +128,8 @@ class SampleWatcher:
             return PidAlarm(f"no rank moved for {stalled:.0f} s; {finding.title}", self._since,
                             now, finding)
         if stalled >= self.same_point_s:
-            return PidAlarm(f"every rank stopped in the same collective for {stalled:.0f} s; "
+            return PidAlarm(f"every rank stopped at the same point, in one collective, for "
+                            f"{stalled:.0f} s; "
                             f"{finding.title}", self._since, now, finding)
         return None
 
@@ -418,18 +419,21 @@ def respond(result: SampledWatchResult, alarm: PidAlarm,
             or result.alarm.finding
     result.analysis = analyze(result.run_dir)
     if end_job is not None:
+        began = time.time()
         result.killed = end_job()
-        write_kill_marker(result)
+        write_kill_marker(result, began)
     write_replacing(result.run_dir / "watch.json",
                     json.dumps(result.to_json(), indent=2, default=str))
 
 
-def write_kill_marker(result: SampledWatchResult) -> Path:
-    """RUN_DIR/killed.json: watch ended this job, when, which ranks, and on what verdict;
+def write_kill_marker(result: SampledWatchResult, began: float) -> Path:
+    """RUN_DIR/killed.json: watch ended this job, when (``t``: the first SIGTERM), which
+    ranks, and on what verdict;
     the job's log then shows the kill (SIGTERM, ``Signal 15``, torchrun's
     ChildFailedError), which analyze reads as that verdict's symptoms."""
     finding = result.alarm.finding if result.alarm else None
-    doc = {**schema.stamp(schema.WATCH_KILL), "t": time.time(), "by": "ddiag watch --kill",
+    doc = {**schema.stamp(schema.WATCH_KILL), "t": began, "ended_at": time.time(),
+           "by": "ddiag watch --kill",
            "target": result.target, "signal": "SIGTERM", "then": "SIGKILL",
            "ranks": result.killed,
            "pids": [p.pid for p in result.ranks if p.rank in result.killed],
