@@ -27,8 +27,8 @@ WATCH_LIMIT_S = 150.0  # torchrun's start on 2 shared cores, the steps, the hang
 pytestmark = pytest.mark.slow
 
 
-def watch_job(tmp_path: Path, *args: str, watch_timeout_s: float | None = None
-              ) -> tuple[int, dict, float | None]:
+def watch_job(tmp_path: Path, *args: str, watch_timeout_s: float | None = None,
+              kill: bool = False) -> tuple[int, dict, float | None]:
     """Run the job with its output in a file, watch it with ``--pid --stall 10 --json``
     (and ``--timeout``), end what is left. (watch's exit code, its document, when the
     mistake began or None)."""
@@ -41,6 +41,8 @@ def watch_job(tmp_path: Path, *args: str, watch_timeout_s: float | None = None
            str(job.pid), "--stall", str(STALL_S), "--json"]
     if watch_timeout_s is not None:
         cmd += ["--timeout", str(watch_timeout_s)]
+    if kill:
+        cmd.append("--kill")
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=WATCH_LIMIT_S,
                              env=quiet_env())
@@ -61,8 +63,8 @@ def _report(args: tuple, doc: dict, began: float | None) -> None:
           f"{(verdict.get('culprit') or {}).get('ranks')} | {took} | {doc['ended']}")
 
 
-def hang_verdict(tmp_path: Path, *args: str) -> dict:
-    code, doc, began = watch_job(tmp_path, *args)
+def hang_verdict(tmp_path: Path, *args: str, kill: bool = False) -> dict:
+    code, doc, began = watch_job(tmp_path, *args, kill=kill)
     assert code == 1 and doc["alarm"] is not None, doc
     assert began is not None, "the program never printed MISTAKE BEGINS"
     assert doc["alarm"]["detected_at"] - began <= WITHIN_S, (doc["alarm"], began)
@@ -72,11 +74,24 @@ def hang_verdict(tmp_path: Path, *args: str) -> dict:
     return doc["verdict"]
 
 
-def test_a_barrier_only_rank_0_calls_is_a_mismatch_naming_rank_0(tmp_path: Path) -> None:
-    verdict = hang_verdict(tmp_path, "--mistake", "barrier_after_save")
+def test_a_barrier_only_rank_0_calls_is_a_mismatch_naming_rank_0_and_kill_is_its_symptom(
+        tmp_path: Path) -> None:
+    verdict = hang_verdict(tmp_path, "--mistake", "barrier_after_save", kill=True)
     assert verdict["category"] == "collective_mismatch"
     assert verdict["culprit"]["ranks"] == [0]
     assert "save_checkpoint" in verdict["title"]
+    # the run directory holds the stacks, killed.json and the job's log: one incident
+    run = tmp_path / "run"
+    assert json.loads((run / "killed.json").read_text())["format"] == "ddiag.watch_kill"
+    assert list((run / "logs").glob("job*-job.log"))
+    res = subprocess.run([sys.executable, "-m", "diag.cli", "analyze", str(run), "--json"],
+                         capture_output=True, text=True, timeout=120, env=quiet_env())
+    findings = json.loads(res.stdout)["findings"]
+    roots = [f for f in findings if f["root_cause"] and f["severity"] != "info"]
+    assert [(f["category"], f["culprit"]["ranks"]) for f in roots] == \
+        [("collective_mismatch", [0])]
+    kill = [f for f in findings if f["details"].get("caused_by") == "watch_kill"]
+    assert kill and not any(f["details"].get("unexplained") for f in findings)
 
 
 def test_rank_1_stuck_in_its_dataloader_worker_is_named_data_loading(tmp_path: Path) -> None:

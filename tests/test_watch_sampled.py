@@ -122,3 +122,44 @@ def test_the_timeout_is_read_from_the_script_and_its_command_line() -> None:
     assert pgtimeout.from_source("dist.init_process_group('nccl')", []) is None
     assert pgtimeout.from_source("init_process_group(timeout=timedelta(seconds=f()))", []) \
         is None
+
+
+def test_a_dataloader_wait_is_one_place_however_deep_its_poll_loop_was_sampled() -> None:
+    # the queue get times out every 5 s and loops: the inner frames differ from sample to
+    # sample while the rank stays stuck at the same line of train()
+    woken = (("Queue.get", DATALOADER[2][1], 108), *DATALOADER[3:])
+    rounds = [{0: (BUFFER_BROADCAST, 0.0, False), 1: (woken if i % 3 else DATALOADER, 0.0,
+                                                      False)} for i in range(15)]
+    alarm, at = feed(SampleWatcher(STALL_S), rounds)
+    assert at == 1000.0 + STALL_S and alarm.finding.culprit.ranks == (1,)
+    moving = [{0: (BUFFER_BROADCAST, 0.0, False),
+               1: (DATALOADER[:5] + (("train", TRAIN, 81 + i % 2),) + DATALOADER[6:], 0.0,
+                   False)} for i in range(15)]
+    assert feed(SampleWatcher(STALL_S), moving)[0] is None  # a new line of train: it moved
+
+
+def test_the_jobs_log_is_kept_only_while_it_is_the_file_the_job_wrote(tmp_path) -> None:
+    import os
+    import subprocess
+
+    from diag.watch import joblog
+
+    log = tmp_path / "train.log"
+    with open(log, "w") as out:
+        job = subprocess.Popen(["sleep", "30"], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        found = joblog.of_processes([job.pid])
+    finally:
+        job.kill()
+        job.wait()
+    assert [f.path for f in found] == [str(log)]  # stdout and stderr: one file, once
+    log.write_text("rank 0 step 3\nSignal 15 (SIGTERM) received by PID 4242\n")
+    os.chmod(log, 0o600)
+    kept = joblog.keep(found, tmp_path / "run")
+    assert [p.read_text() for p in kept] == [log.read_text()]
+    assert kept[0].stat().st_mode & 0o777 == 0o600  # a private log stays private
+    # the path now names another file (a symlink planted to /etc/shadow, say): not copied
+    log.unlink()
+    (tmp_path / "other").write_text("secret\n")
+    log.symlink_to(tmp_path / "other")
+    assert joblog.keep(found, tmp_path / "run2") == []

@@ -36,13 +36,14 @@ from diag.format import schema
 from diag.launch import STOP_GRACE_S, stop
 from diag.verdict import Category, Finding, Severity
 from diag.format.rundir import RunDir
-from diag.watch import discover, pgtimeout
+from diag.watch import discover, joblog, pgtimeout
 from diag.watch.capture import pyspy_dump, signal_pid, write_replacing
 from diag.watch.stacks import StackCapture, capture, grouped, write_record
 
 CPU_MOVING = 0.2  # of one core, averaged since the stall began: a waiting rank uses ~0
 POLL_S = 1.0
 KILL_MARKER = "killed.json"
+LAUNCHER_EXIT_S = 15.0  # torchrun notices its workers are gone within a few seconds
 RANKS_APPEAR_S = 120.0  # how long the ranks of a starting job may take to appear
 END_GRACE_S = 8.0  # a stall seen this recently still explains a job that then ended
 
@@ -195,12 +196,30 @@ class SampleWatcher:
         budget = CPU_MOVING * max(now - self._since, 1e-9)
         for rank, s in samples.items():
             ref = self._ref[rank]
-            if s.stack is not None and ref.stack is not None and s.stack.frames != ref.stack.frames:
+            if s.stack is not None and ref.stack is not None and not _same_place(s.stack,
+                                                                                 ref.stack):
                 return True
             # a rank waiting on the others may spin (NCCL's busy-wait): its CPU is no progress
             if s.cpu_s - ref.cpu_s > budget and not _waiting(s.stack):
                 return True
         return False
+
+
+def _same_place(a: stackgroups.Stack, b: stackgroups.Stack) -> bool:
+    """Whether two samples of a rank show it in the same place: the same frames, or, for a
+    rank that waits (a collective, backward, its DataLoader), the same wait from the same
+    line of the user's code, however deep inside the library's poll loop the sample fell
+    (a DataLoader's queue get wakes every 5 s and loops)."""
+    if a.frames == b.frames:
+        return True
+    state, at = stackgroups.state_of(a.frames)
+    if state not in (*stackgroups.WAITING, "data"):
+        return False
+    return (state, at) == stackgroups.state_of(b.frames) and _user(a) == _user(b)
+
+
+def _user(stack: stackgroups.Stack) -> stackgroups.Frame | None:
+    return next((f for f in stack.frames if f.user), None)
 
 
 def _waiting(stack: stackgroups.Stack | None) -> bool:
@@ -227,6 +246,8 @@ class SampledWatchResult:
     straggler: Finding | None = None
     straggler_at: float | None = None
     pg_timeout: tuple[float, str] | None = None
+    job_logs: list[joblog.JobLog] = field(default_factory=list)
+    logs: list[Path] = field(default_factory=list)
 
     def to_json(self) -> dict:
         # the live verdict (stacks read with how long they stayed) before analyze's of the
@@ -243,7 +264,7 @@ class SampledWatchResult:
                 "alarm": self.alarm.to_json() if self.alarm else None,
                 "captures": [c.to_json() for c in self.captures], "killed": self.killed,
                 "straggler": self.straggler.to_json() if self.straggler else None,
-                "straggler_at": self.straggler_at,
+                "straggler_at": self.straggler_at, "logs": [str(p) for p in self.logs],
                 "pg_timeout": {"seconds": self.pg_timeout[0], "from": self.pg_timeout[1]}
                 if self.pg_timeout else None,
                 "verdict": verdict}
@@ -336,6 +357,9 @@ def _new_ranks(result: SampledWatchResult, watcher: SampleWatcher,
     if [p.pid for p in procs] == [p.pid for p in result.ranks]:
         return
     result.ranks = procs
+    known = {(log.dev, log.ino) for log in result.job_logs}
+    result.job_logs += [log for log in joblog.of_processes([pid, *(p.pid for p in procs)])
+                        if (log.dev, log.ino) not in known]
     status(f"{len(procs)} rank(s) under pid {pid}: "
            f"{', '.join(f'{p.rank}={p.pid}' for p in procs[:8])}")
     if result.pg_timeout is None:
@@ -400,6 +424,21 @@ def _respond(result: SampledWatchResult, alarm: PidAlarm, kill: bool,
              status: Callable[[str], None]) -> None:
     respond(result, alarm, lambda: capture(result.ranks, result.run_dir),
             (lambda: end_ranks(result.ranks)) if kill else None, status)
+    if kill and result.job_logs:
+        # the launcher prints its summary (ChildFailedError) once it sees its workers gone
+        _wait_gone(result.target["pid"], LAUNCHER_EXIT_S)
+        result.logs = joblog.keep(result.job_logs, result.run_dir)
+        write_replacing(result.run_dir / "watch.json",
+                        json.dumps(result.to_json(), indent=2, default=str))
+
+
+def _wait_gone(pid: int, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        stat = discover.proc_stat(pid)
+        if stat is None or stat[0] in "ZXx":
+            return
+        time.sleep(0.2)
 
 
 def respond(result: SampledWatchResult, alarm: PidAlarm,
