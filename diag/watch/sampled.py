@@ -3,19 +3,24 @@
 Without heartbeats, progress is read from outside: every rank's CPU time (``/proc``, free)
 each poll, and its main thread's Python stack (``py-spy dump --nonblocking``: read out of
 the process's memory without stopping it) every ``sample_s``. A rank *moved* when its stack
-changed, or when it used more than ``CPU_MOVING`` of a core since the stall began while not
-waiting on the others (a rank in a collective may spin: NCCL busy-waits). The watcher
-alarms when no rank moved for ``stall_s`` seconds and
+shows it somewhere else (a rank that waits: another wait, or another line of the user's
+code), or when it used more than ``CPU_MOVING`` of a core since the stall began while not
+waiting on the others (a rank in a collective may spin: NCCL busy-waits). A failed sample
+keeps the rank's last stack.
 
-- some ranks sit in a collective or in backward (waiting on the others) while some are
-  elsewhere (the grouping of diag/analyze/stackgroups.py names them), or
-- every rank sits in a collective or backward at the same point, for ``same_point_s``
-  (default 10 x ``stall_s``): an all-rank network stall looks like this, a long collective
-  too.
+When no rank moved for ``stall_s`` seconds, the verdict is ``ddiag stacks``'s
+(``stackgroups.verdict``) on the sampled stacks, read with how long they stayed and the
+job's process-group timeout where its script shows it (``stackgroups.past_timeout``,
+``pgtimeout``): some ranks waiting while others are elsewhere (``rank_hang``, or
+``timeout_too_short`` past the timeout), ranks in different collectives
+(``collective_mismatch``), or, after ``same_point_s`` (10 x ``stall_s``), every rank in one
+collective. Ranks that all pause in their own code wait on nobody: no alarm. While the job
+moves, a rank that is the odd one out in most rounds of samples is a ``straggler`` (no
+alarm). A job that ends while stalled gets the verdict of its last stall.
 
-Ranks that all pause in their own code (a checkpoint, a sleep, I/O) are not waiting on one
-another: no alarm, however long. On an alarm the stacks are captured (blocking dumps, into
-RUN_DIR/stacks), grouped and analysed, and with ``kill`` the ranks and their forks end.
+On an alarm the stacks are captured (blocking dumps, into RUN_DIR/stacks), grouped and
+analysed; with ``kill`` the ranks and their forks end, RUN_DIR/killed.json says so and the
+job's log is kept in RUN_DIR/logs (``joblog``). RUN_DIR/watch.json says how any watch ended.
 
 Known limit: the NCCL path (ranks that busy-wait on the GPU) has not run on a GPU here.
 """
