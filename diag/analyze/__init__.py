@@ -11,7 +11,7 @@ import enum
 import time
 from dataclasses import asdict, dataclass, field
 
-from diag.analyze import unexplained
+from diag.analyze import killed, unexplained
 from diag.analyze.detectors import emitted
 from diag.analyze.inputs import Inputs, Limits, load
 from diag.analyze.runs import Run, one_job, refusal, runs_of
@@ -111,7 +111,10 @@ def analyze(path, limits: Limits = Limits(), progress=None) -> Analysis:
     else:
         findings, errors = run_detectors(inputs)
         findings = emitted.prune(findings)
-        findings += unexplained.detect(inputs, findings)
+        kill, bad = killed.marker(inputs)
+        inputs.problems += bad
+        findings = killed.demote(findings, kill)
+        findings += unexplained.detect(inputs, findings, kill is not None)
         problem = any(f.severity > Severity.INFO for f in findings)
         outcome = Outcome.DETECTOR_FAILED if errors else \
             Outcome.FINDINGS if problem else Outcome.CLEAN

@@ -478,3 +478,71 @@ def from_pyspy(doc, rank: int | None, source: str, host: str | None = None) -> S
     active = main.get("active")
     return Stack(rank, frames[:MAX_FRAMES], source, None, host, pid,
                  (not active) if type(active) is bool else None)
+
+
+# ---------------------------------------------------------------------------------------
+# verdicts over time (a watcher's samples)
+
+_BUSY = ("io", "compute")
+
+
+def past_timeout(finding: Finding | None, busy_s: float, timeout_s: float | None,
+                 timeout_from: str = "", slack_s: float = 0.0) -> Finding | None:
+    """A ``rank_hang`` whose culprit is busy in its own code or I/O, read with how long it
+    has been busy (``busy_s``) and the job's process-group timeout (``timeout_s``, from
+    ``timeout_from``): at or past that timeout the others' collective times out, so the
+    cause is ``timeout_too_short`` (the work is legitimate, the timeout is not); under it
+    the finding is kept, its details saying how long is left. ``slack_s``: how much longer
+    than ``busy_s`` it may have been busy (a watcher sees the start only at its next
+    sample). Anything else is returned as it is."""
+    if finding is None or finding.category is not Category.RANK_HANG \
+            or _culprit_state(finding) not in _BUSY:
+        return finding
+    details = {**finding.details, "busy_s": [round(busy_s, 1), round(busy_s + slack_s, 1)],
+               "pg_timeout_s": timeout_s, "pg_timeout_from": timeout_from or None}
+    if timeout_s is None or busy_s + slack_s < timeout_s:
+        return replace(finding, details=details)
+    who = _ranks_text(list(finding.culprit.ranks))
+    took = f"{busy_s:.0f}" if slack_s < 1 else f"{busy_s:.0f} to {busy_s + slack_s:.0f}"
+    title = (f"{who} has been busy for {took} s, as long as or longer than the process-group "
+             f"timeout ({timeout_s:g} s, from {timeout_from or '?'}): the others' collective "
+             f"times out while it works; {finding.title}")
+    fix = ("raise the process-group timeout above the longest work one rank does alone "
+           "(init_process_group(timeout=datetime.timedelta(...)) on every rank), or do that "
+           "work on every rank or outside the training loop")
+    return replace(finding, category=Category.TIMEOUT_TOO_SHORT, title=title, fix=fix,
+                   details=details)
+
+
+def _culprit_state(finding: Finding) -> str | None:
+    groups = finding.details.get("groups") or []
+    return groups[1]["state"] if len(groups) > 1 else None
+
+
+def straggler(odd: list[tuple[int, ...]], window_s: float, share: float = 0.5,
+              min_samples: int = 4, min_odd: int = 3) -> Finding | None:
+    """The rank(s) that, in most of a moving job's samples (``odd``: per sample, the
+    culprit ranks of its ``odd_ones`` verdict, () when none), are busy while the others
+    wait: a straggler, not a hang (the job moved). ``share``: the fraction of samples it
+    must be the odd one in, and at least ``min_odd`` of them."""
+    if len(odd) < min_samples:
+        return None
+    counts: dict[tuple[int, ...], int] = {}
+    for ranks in odd:
+        if ranks:
+            counts[ranks] = counts.get(ranks, 0) + 1
+    if not counts:
+        return None
+    ranks, n = max(counts.items(), key=lambda kv: kv[1])
+    if n < max(min_odd, share * len(odd)) or any(m * 2 > n for r, m in counts.items() if r != ranks):
+        return None
+    who = _ranks_text(list(ranks))
+    title = (f"{who} was busy while the others waited for it in {n} of {len(odd)} stack "
+             f"samples over {window_s:.0f} s, and the job kept moving: a straggler, not a "
+             "hang")
+    fix = ("compare that rank's host and device with the others' (a slower GPU or CPU, "
+           "thermal throttling, other jobs on its node, a larger share of the data); "
+           "`ddiag check-env` and `ddiag probe compute` time each rank")
+    return Finding(Category.STRAGGLER, Severity.WARN, min(0.9, 0.4 + n / len(odd) / 2),
+                   title, Culprit(ranks), (), fix, "stacks", True, None,
+                   {"samples": len(odd), "odd_in": n, "window_s": round(window_s, 1)})

@@ -10,6 +10,7 @@ category is ``other`` at a low confidence: the finding says what failed first, n
 
 from __future__ import annotations
 
+from diag.analyze import killed as kill_text
 from diag.analyze.catalog.emitted import by_id
 from diag.analyze.detectors.common import fmt_ranks, index, make, order_key
 from diag.analyze.errorlines import MAX_ERROR_LINES, error_lines
@@ -18,13 +19,15 @@ from diag.verdict import Basis, Category, Finding, Severity
 
 
 
-def detect(inputs, findings: list[Finding]) -> list[Finding]:
+def detect(inputs, findings: list[Finding], killed: bool = False) -> list[Finding]:
     """One ``unexplained`` finding when the text logs show errors that no finding quotes
-    and no root cause above info was found; nothing otherwise."""
+    and no root cause above info was found; nothing otherwise. ``killed``: ddiag watch
+    ended the job (analyze/killed.py), so what a kill prints is explained."""
     if any(f.root_cause and f.severity > Severity.INFO for f in findings):
         return []
     explained = {(ev.file, ev.line) for f in findings for ev in f.evidence} | _no_failure(inputs)
-    errors = [e for e in first_errors(inputs.texts) if (e.file, e.line) not in explained]
+    errors = [e for e in first_errors(inputs.texts) if (e.file, e.line) not in explained
+              and not (killed and kill_text.caused(e.text))]
     if not errors:
         return []
     return [_finding(errors)]

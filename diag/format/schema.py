@@ -25,6 +25,7 @@ FAULT_MATRIX = "ddiag.fault_matrix"
 OVERHEAD_RAW = "ddiag.overhead_raw"
 STACK_SAMPLES = "ddiag.stack_samples"
 NVML_RECORD = "ddiag.nvml_record"
+WATCH_KILL = "ddiag.watch_kill"
 
 # The major version each format is written at (and the newest a reader understands).
 VERSIONS: dict[str, int] = {
@@ -46,6 +47,7 @@ VERSIONS: dict[str, int] = {
     OVERHEAD_RAW: 1,
     STACK_SAMPLES: 1,
     NVML_RECORD: 1,
+    WATCH_KILL: 1,
 }
 
 

@@ -129,11 +129,15 @@ def render_watch(result, console: Console | None = None) -> None:
 def render_sampled_watch(result, console: Console | None = None) -> None:
     """``ddiag watch --pid`` / ``--slurm-job``: how it ended; on a hang, the odd ones out and the analysis."""
     console = console or stdout_console()
+    straggler = getattr(result, "straggler", None)
     if result.alarm is None:
         console.print(f"ddiag watch: no hang ({quote(result.ended)}; {result.samples} samples "
                       f"of {len(result.ranks)} rank(s))")
+        if straggler is not None:
+            console.print(Text(plain(f"straggler: {straggler.title}"), style="yellow"))
         return
-    console.print(Text(plain(f"hang: {result.alarm.reason}"), style="bold red"))
+    head = "job ended in a stall" if result.ended == "job ended in a stall" else "hang"
+    console.print(Text(plain(f"{head}: {result.alarm.reason}"), style="bold red"))
     for c in result.captures:
         console.print(Text(plain(f"  stack of rank {c.process.rank} (pid {c.process.pid}): "
                                  f"{c.path or c.error}"), style="dim"))

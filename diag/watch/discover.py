@@ -122,6 +122,15 @@ def still_rank(proc: RankProcess) -> bool:
     return bool(env) and env["RANK"] == proc.rank
 
 
+def cwd(pid: int) -> str:
+    """The working directory of ``pid`` ("" when unreadable): a relative script path in its
+    command line is relative to it."""
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return ""
+
+
 def _process(pid: int, env: dict[str, int]) -> RankProcess:
     stat = proc_stat(pid) or ["?"] * 20
     return RankProcess(pid, env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], stat[19],

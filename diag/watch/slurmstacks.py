@@ -132,7 +132,7 @@ def sample_forever(job_id: str, sample_s: float) -> None:
         elif now - gone_since > (10 if seen else _RANKS_APPEAR_S):
             return  # the ranks ended (or never started)
         if ranks and now >= next_stack:
-            stacks = {p.rank: sample_stack(p) for p in ranks}
+            stacks = {p.rank: sample_stack(p)[0] for p in ranks}
             frames = {r: [[f.func, f.file, f.line] for f in st.frames] if st else None
                       for r, st in stacks.items()}
             next_stack = now + sample_s

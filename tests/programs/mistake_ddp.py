@@ -7,7 +7,12 @@ every forward), imports nothing of ddiag, and makes one mistake, chosen by ``--m
 - ``stuck_worker``: rank 1's DataLoader worker blocks in ``__getitem__`` for ever (a read
   that never returns), so rank 1 waits on its input while the others wait in DDP;
 - ``eval_all_reduce``: rank 0 evaluates and all_reduces the eval loss, alone;
-- ``slow_save``: rank 0 saves for longer than the process-group timeout (``--timeout-s``).
+- ``slow_save``: rank 0 saves for longer than the process-group timeout (``--timeout-s``);
+- ``slow_rank``: rank 1's steps take 3x as long as the others' (``--step-ms`` of work per
+  step on every rank, three times that on rank 1): a straggler, not a hang.
+
+The moment the mistake begins is printed on stdout as ``MISTAKE BEGINS <unix time>``
+(by the DataLoader worker, for ``stuck_worker``), so a test can time a verdict from it.
 
 Each happens at ``--at-step``; ``--steps`` bounds the run otherwise. ``--no-buffer``: the
 model registers no buffer, so the other ranks wait in backward (DDP's gradient all_reduce)
@@ -26,7 +31,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-MISTAKES = ("none", "barrier_after_save", "stuck_worker", "eval_all_reduce", "slow_save")
+MISTAKES = ("none", "barrier_after_save", "stuck_worker", "eval_all_reduce", "slow_save",
+            "slow_rank")
 
 
 class Net(torch.nn.Module):
@@ -52,9 +58,21 @@ class Shards(Dataset):
 
     def __getitem__(self, i: int):
         if self.stuck_from is not None and i >= self.stuck_from:
+            begins()
             threading.Event().wait()  # a read from a mount that never answers
         g = torch.Generator().manual_seed(i)
         return torch.randn(16, generator=g), torch.randn(1, generator=g)
+
+
+def begins() -> None:
+    print(f"MISTAKE BEGINS {time.time():.3f}", flush=True)
+
+
+def work(ms: float) -> None:
+    """``ms`` of the step's own compute (a stand-in for a larger model)."""
+    end, a = time.monotonic() + ms / 1000, torch.ones(64, 64)
+    while time.monotonic() < end:
+        a = (a @ a).clamp_(-1, 1)
 
 
 def save_checkpoint(model, step: int) -> None:
@@ -83,11 +101,17 @@ def train(args, rank: int, world: int) -> None:
     loader = DataLoader(data, batch_size=batch, num_workers=2,
                         sampler=DistributedSampler(data, shuffle=False))
     for step, (x, y) in enumerate(loader):
+        slow = args.mistake == "slow_rank" and rank == 1 and step >= args.at_step
+        if slow and step == args.at_step:
+            begins()
+        work(args.step_ms * (3 if slow else 1))
         loss = torch.nn.functional.mse_loss(model(x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
         if step == args.at_step and rank == 0:
+            if args.mistake in ("barrier_after_save", "eval_all_reduce", "slow_save"):
+                begins()
             if args.mistake == "barrier_after_save":
                 save_checkpoint(model, step)
             elif args.mistake == "eval_all_reduce":
@@ -103,6 +127,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--at-step", type=int, default=3)
     p.add_argument("--timeout-s", type=float, default=1800.0)
+    p.add_argument("--step-ms", type=float, default=0.0, help="compute per step, every rank")
     p.add_argument("--no-buffer", action="store_true", help="DDP broadcasts no buffers")
     args = p.parse_args()
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout_s))
