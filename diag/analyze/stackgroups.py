@@ -543,6 +543,8 @@ def straggler(odd: list[tuple[int, ...]], window_s: float, share: float = 0.5,
     fix = ("compare that rank's host and device with the others' (a slower GPU or CPU, "
            "thermal throttling, other jobs on its node, a larger share of the data); "
            "`ddiag check-env` and `ddiag probe compute` time each rank")
-    return Finding(Category.STRAGGLER, Severity.WARN, min(0.9, 0.4 + n / len(odd) / 2),
+    # the odd one out across sample rounds, as the busy-wait tally's straggler
+    return Finding(Category.STRAGGLER, Severity.WARN, CONFIDENCE[Basis.MINORITY],
                    title, Culprit(ranks), (), fix, "stacks", True, None,
-                   {"samples": len(odd), "odd_in": n, "window_s": round(window_s, 1)})
+                   {"samples": len(odd), "odd_in": n, "window_s": round(window_s, 1)},
+                   Basis.MINORITY)
