@@ -267,12 +267,13 @@ C10D_ENTRIES = WATCHDOG + (WATCHDOG_FRAME,) + (
     Signature(
         id="torch.unique_id_store_get", signal="blamed_rank", oneof="blamed",
         prefilter=("ncclUniqueId",), pattern=r"ncclUniqueId from \[(?P<uid>\d+)\]",
-        fields={"ranks": group("uid", lambda r: [int(r)])},
+        # "setup": the wait is the communicator's creation, the group's first collective
+        fields={"ranks": group("uid", lambda r: [int(r)]), "setup": const(True)},
         source=Source(TORCH, PG_NCCL, "ProcessGroupNCCL::broadcastUniqueNCCLID"),
         examples=(Example("[rank1]: torch.distributed.DistBackendError: [1] is setting up NCCL "
                           "communicator and retrieving ncclUniqueId from [0] via c10d key-value "
                           "store by key '0', but store->get('0') got error: Socket Timeout",
-                          {"ranks": [0], "rank": 1}),),
+                          {"ranks": [0], "rank": 1, "setup": True}),),
         near_misses=("ncclUniqueId created",)),
     Signature(
         id="torch.monitored_barrier_faulty_rank", signal="blamed_rank", oneof="blamed",

@@ -258,7 +258,7 @@ def _ranks(ranks: list[int]) -> str:
 
 DETECTOR = "logs_hangs"  # the `detector` of the text-log findings
 _TRAINING_WORDS = ("epoch", "train", "fit", "iteration", "step", "batch")
-_LOCAL_NCCL_ERRORS = ("invalid usage", "invalid argument", "unhandled cuda error")
+_LOCAL_NCCL_ERRORS = ("invalid usage", "invalid argument", "unhandled cuda error", "internal error")
 _TIMEOUT_WORDS = ("timed out", "Timed out", "Timeout", "Watchdog", "watchdog", "gloo/transport")
 _NAMING_KINDS = ("monitored_barrier_failed", "desync_report", "fr_missing_ranks", "blamed_rank",
                  "watchdog_status", "nccl_ras")
@@ -765,6 +765,11 @@ def _classified(idx, waits, victims, culprits, basis, reason, sigs,
         seconds = short[0].timeout_ms // 1000
         return Verdict(Category.TIMEOUT_TOO_SHORT, culprits, Basis.HEURISTIC,
                        f"{reason}; the process-group timeout is only {seconds} s", sigs)
+    if any(s.fields.get("setup") for s in sigs):
+        return Verdict(Category.TIMEOUT_TOO_SHORT, culprits, Basis.HEURISTIC,
+                       f"{reason}; it never created the group's communicator (its first "
+                       "collective), and nothing says it failed: busy with startup work of "
+                       "its own (data preparation, a download) past the timeout", sigs)
     sync = None if named else _early_default_sync(waits, world_size(idx))
     if sync:
         return Verdict(Category.TIMEOUT_TOO_SHORT, culprits, Basis.HEURISTIC,
