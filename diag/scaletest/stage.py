@@ -27,6 +27,7 @@ from diag.scaletest.config import ScaleTestConfig
 from diag.scaletest.workdir import StageFiles
 from diag.verdict import Finding
 
+KILL_MARKER = "killed.json"  # diag/watch/sampled.py writes the same for watch --kill
 SAMPLES_FILE = "stack-samples.json"
 """A command's stage: what its rounds of stack samples showed (busywait.BusyTally)."""
 
@@ -239,12 +240,15 @@ def run_trainer(cfg: ScaleTestConfig, stage: int, run_dir: Path,
         timed_out = False
     except subprocess.TimeoutExpired:
         timed_out = True
+        hang.setdefault("stopped_at", time.time())
     except BaseException:
         stop_group(proc)
         raise
     seconds = time.monotonic() - start  # the job's own time: a command's wall throughput
     stop_group(proc)
     watcher.join(timeout=60)
+    if "stopped_at" in hang:
+        _mark_ended(run_dir, hang, timed_out, cfg.stage_timeout_s)
     if cfg.slurm_job_id and not wait_steps_ended(cfg.slurm_job_id):
         status(f"job {cfg.slurm_job_id}: steps still running {STEPS_END_S:.0f} s after "
                "the stage ended (squeue -s)")
@@ -268,6 +272,7 @@ def _watch_into(watch, run_dir, cfg, proc, hang: dict, status) -> None:
     if result.alarm is not None:
         hang["doc"] = result.to_json()
         status(f"hang: ranks {list(result.alarm.laggards)} lag; ending the stage")
+        hang["stopped_at"] = time.time()
         stop_group(proc)
 
 
@@ -293,7 +298,27 @@ def _watch_sampled_into(run_dir, cfg, proc, hang: dict, status, tally) -> None:
     if result.alarm is not None:
         hang["doc"] = result.to_json()
         status(f"hang: {result.alarm.reason}; ending the stage")
+        hang["stopped_at"] = time.time()
         stop_group(proc)
+
+
+def _mark_ended(run_dir: Path, hang: dict, timed_out: bool, timeout_s: float) -> None:
+    """The stage's killed.json (``ddiag.watch_kill``, as ``watch --kill`` writes it): the
+    scale test ended this job, so what the job printed while dying (SIGTERM, torchrun's
+    ChildFailedError) is read by analyze as a symptom of why, not as an incident."""
+    doc = hang.get("doc") or {}
+    why = (f"the stage ran past its --stage-timeout of {timeout_s:g} s" if timed_out and
+           not doc else (doc.get("alarm") or {}).get("reason") or "the hang watcher alarmed")
+    found = (doc.get("alarm") or {}).get("finding") or doc.get("verdict") or {}
+    verdict = found.get("category") if isinstance(found, dict) else None
+    marker = {**schema.stamp(schema.WATCH_KILL), "t": hang["stopped_at"],
+              "ended_at": time.time(), "by": "ddiag scale-test", "target": str(run_dir),
+              "signal": "SIGTERM", "then": "SIGKILL", "ranks": [], "pids": [],
+              "verdict": verdict, "reason": why}
+    try:
+        (run_dir / KILL_MARKER).write_text(json.dumps(marker, indent=1) + "\n")
+    except OSError:
+        pass  # the marker helps analyze; the stage's result stands without it
 
 
 def _output_size(log_dir: Path) -> int:

@@ -110,3 +110,24 @@ def test_the_wait_for_ddp_buckets_counts_as_communication(tmp_path):
     logs, _ = read_run_events(tmp_path)
     m = stage_metrics(logs, world_size=2, global_batch=16)
     assert (m.data_share, m.comm_share, m.compute_share) == (0.1, 0.25, 0.65)
+
+
+@pytest.mark.slow
+def test_a_stage_the_watcher_ends_leaves_a_kill_marker_analyze_reads(tmp_path):
+    # the scale test ends a hung stage: its killed.json makes what the dying job printed
+    # (SIGTERM, torchrun's ChildFailedError) symptoms, the hang the root cause
+    out = tmp_path / "st"
+    res = run([sys.executable, "-m", "diag.cli", "scale-test", "--stages", "2", "--steps", "30",
+               "--inject", "hang:rank=1:step=6", "--stall", "8", "--stage-timeout", "120",
+               "--no-probes", "--out", str(out), "--json"], timeout=400)
+    assert res.returncode in (0, 1), res.stderr[-2000:]
+    stage = next(out.glob("stage-*/"))
+    marker = json.loads((stage / "killed.json").read_text())
+    assert marker["format"] == "ddiag.watch_kill" and marker["by"] == "ddiag scale-test"
+    assert marker["t"] <= marker["ended_at"]
+    from diag.analyze import analyze
+    found = analyze(stage).findings
+    roots = [f for f in found if f.root_cause and f.severity.value > 0]
+    assert [f.category.value for f in roots] == ["rank_hang"], [
+        (f.category.value, f.title) for f in found[:5]]
+    assert roots[0].culprit.ranks == (1,)
