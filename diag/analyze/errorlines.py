@@ -32,7 +32,10 @@ _ERROR = re.compile(
 _NOT_ERROR = re.compile(
     r"^\s*(?:\[[WI](?:\d{4}| )|[WI]\d{4} |\[?(?:WARNING|WARN|INFO|DEBUG)\b"
     r"|(?:export\s+)?[A-Z][A-Z0-9_]*=)"
-    r"|\w*Warning: |NCCL INFO|\b0 (?:errors?|failed)\b|\bno errors?\b|<N/A>|exitcode\s*:\s*0\b")
+    r"|\w*Warning: |NCCL INFO|\b0 (?:errors?|failed)\b|\bno errors?\b|<N/A>|exitcode\s*:\s*0\b"
+    # c10's backtrace (its header and "frame #N:" lines): the continuation of the message
+    # before it, never an error of its own ("Exception raised from recvBytes at .../Utils.hpp:787 (most recent...")
+    r"|^\s*Exception raised from \S+ at |^\s*frame #\d+: ")
 
 
 def error_lines(log) -> list[Signal]:

@@ -338,8 +338,27 @@ def _trainer_outcome(name: str, proc, run_dir: Path, seconds: float, timed_out: 
         return StepOutcome(name, False, seconds, "stage timed out", doc)
     if proc.returncode != 0:
         err = (run_dir / "logs" / f"{name}.err").read_text()
+        if doc is not None and _every_rank_closed(run_dir):
+            # trained to the end and said so; a rank then died in gloo's teardown (seen on
+            # the lab: "terminate called without an active exception"): the stage's
+            # figures stand, and the exit is reported beside them
+            return StepOutcome(name, True, seconds, f"exit {proc.returncode} in teardown, "
+                               f"after every rank finished: {_tail(err)}", doc)
         return StepOutcome(name, False, seconds, f"exit {proc.returncode}: {_tail(err)}", doc)
     return StepOutcome(name, True, seconds, "", doc)
+
+
+def _every_rank_closed(run_dir: Path) -> bool:
+    """Every rank's event log ends with its ``close`` record: each rank left training."""
+    logs = sorted((run_dir / "events").glob("rank*.jsonl"))
+    return bool(logs) and all(_last_line(p).startswith('{"kind":"close"') for p in logs)
+
+
+def _last_line(path: Path) -> str:
+    with path.open("rb") as f:
+        f.seek(max(0, path.stat().st_size - 4096))
+        lines = f.read().decode("utf-8", "replace").strip().splitlines()
+    return lines[-1] if lines else ""
 
 
 def sampled_findings(run_dir: Path, tally: BusyTally) -> list[Finding]:

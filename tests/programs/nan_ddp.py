@@ -50,6 +50,9 @@ def main() -> None:
                                zip(model.parameters(), shadow.parameters())):
         print("parameters differ from torch's allreduce_hook", file=sys.stderr)
         sys.exit(3)
+    # every rank done before any tears gloo down: a peer's pairs closing under a rank
+    # still in teardown aborts it ("terminate called without an active exception")
+    dist.barrier()
     dist.destroy_process_group()
 
 

@@ -39,6 +39,7 @@ def main() -> None:
 
     for _ in range(args.steps):
         step(torch.randn(8, 32))
+    dist.barrier()  # every rank done before any tears gloo down (see nan_ddp.py)
     dist.destroy_process_group()
 
 

@@ -131,3 +131,27 @@ def test_a_stage_the_watcher_ends_leaves_a_kill_marker_analyze_reads(tmp_path):
     assert [f.category.value for f in roots] == ["rank_hang"], [
         (f.category.value, f.title) for f in found[:5]]
     assert roots[0].culprit.ranks == (1,)
+
+
+def test_a_rank_that_dies_in_teardown_after_training_keeps_the_stage(tmp_path):
+    # the lab saw gloo abort one rank at exit ("terminate called without an active
+    # exception") after every rank had closed its event log: the stage's figures stand
+    from types import SimpleNamespace
+
+    from diag.scaletest.stage import _trainer_outcome
+
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "events").mkdir()
+    (tmp_path / "logs" / "trainer.out").write_text('{"steps": 15, "throughput": 1.0}\n')
+    (tmp_path / "logs" / "trainer.err").write_text(
+        "terminate called without an active exception\n")
+    for rank in (0, 1):
+        (tmp_path / "events" / f"rank{rank:05d}.jsonl").write_text(
+            '{"kind":"step","rank":%d,"step":14}\n{"kind":"close","rank":%d,"step":14}\n'
+            % (rank, rank))
+    died = SimpleNamespace(returncode=-6)
+    outcome = _trainer_outcome("trainer", died, tmp_path, 9.0, False, {})
+    assert outcome.ok and "teardown" in outcome.detail and "terminate called" in outcome.detail
+    # a rank that never closed: it died in training, the stage failed
+    (tmp_path / "events" / "rank00001.jsonl").write_text('{"kind":"step","rank":1,"step":9}\n')
+    assert not _trainer_outcome("trainer", died, tmp_path, 9.0, False, {}).ok

@@ -34,20 +34,65 @@ _FIELD_TEXT = 60  # characters of a field shown in a title
 def detect_text(inputs) -> list[Finding]:
     known = by_id()
     lines: dict[str, list[Signal]] = defaultdict(list)
-    for sig in most_specific(index(inputs).of("emitted"), known):
+    emitted = most_specific(index(inputs).of("emitted"), known)
+    for sig in emitted:
         lines[sig.fields["template"]].append(sig)
+    exits = _clean_exits(emitted, known)
     out, said = [], set()
     for tid, signals in lines.items():
         template = known.get(tid)
         if template is None or template.implies is None:
             continue
         found = finding(template, signals)
+        if exits and all(_at_exit(s, exits) for s in signals):
+            found = replace(found, severity=Severity.INFO, root_cause=False,
+                            details={**found.details, "teardown": "torchrun's exit barrier"})
         # two releases' wordings of one message may both match a line: one finding
         key = (found.category, found.title, found.evidence)
         if key not in said:
             said.add(key)
             out.append(found)
     return out
+
+
+# torchrun's agent waits in an exit barrier once its own workers have finished; when the
+# node that hosts the store is done first, the barrier fails at once (the store closed),
+# far inside its timeout (300 s by default): the job ended, and the store connection's
+# loss printed around it is teardown, not a failure
+_EXIT_BARRIER = "Error waiting on exit barrier"
+EXIT_FAST_S = 60.0
+EXIT_WINDOW_S = 5.0  # the store client's warning comes a few ms before the agent's error
+EXIT_WINDOW_LINES = 80  # without times: the lines (a C++ trace) just before it
+
+
+def _clean_exits(signals: list[Signal], known: dict) -> list[Signal]:
+    out = []
+    for s in signals:
+        t = known.get(s.fields["template"])
+        if t is None or not t.format.startswith(_EXIT_BARRIER):
+            continue
+        try:
+            elapsed = float(str(s.fields.get("values", {}).get("elapsed")))
+        except ValueError:
+            continue
+        if elapsed < EXIT_FAST_S:
+            out.append(s)
+    return out
+
+
+def _at_exit(sig: Signal, exits: list[Signal]) -> bool:
+    """The line is the exit barrier's failure itself, or was printed in the same file
+    around it: the store's warning just before, the barrier's traceback after (by time
+    when both carry one, else by position)."""
+    for e in exits:
+        if sig.file != e.file:
+            continue
+        if sig.time is not None and e.time is not None:
+            if abs(e.time - sig.time) <= EXIT_WINDOW_S:
+                return True
+        elif abs(e.line - sig.line) <= EXIT_WINDOW_LINES:
+            return True
+    return False
 
 
 def most_specific(signals: list[Signal], known: dict) -> list[Signal]:
