@@ -362,6 +362,22 @@ STORE_ENTRIES = (
                            "reason": "Temporary failure in name resolution"})),
         near_misses=("The IPv6 network addresses of (node1, 29500) cannot be retrieved (gai error: "
                      "-3 - Temporary failure in name resolution).",)),
+    Signature(
+        id="torch.store_address_unresolvable_v6", signal="name_resolution_v6",
+        prefilter=("IPv6 network addresses of",),
+        pattern=r"IPv6 network addresses of \((?P<host>[^,()]+), (?P<port>\d+)\) cannot be "
+                r"retrieved(?: \(gai error: (?P<code>-?\d+) - (?P<reason>[^)]*))?",
+        fields={"host": str, "port": int, "reason": str},
+        source=Source(TORCH, SOCKET, "SocketConnectOp::tryConnect",
+                      "the IPv6 lookup of the store's address: harmless once (a host without "
+                      "IPv6 connects over IPv4 next), the name unknown when tryConnect's retry "
+                      "loop prints it again and again (torch 2.x tries IPv6 alone first)"),
+        examples=(Example("[W1205 08:15:34.949982305 socket.cpp:764] [c10d] The IPv6 network "
+                          "addresses of (nosuchhost.invalid, 29611) cannot be retrieved (gai "
+                          "error: -2 - Name or service not known).",
+                          {"host": "nosuchhost.invalid", "port": 29611,
+                           "reason": "Name or service not known"}),),
+        near_misses=("The IPv4 network addresses of (node1, 29500) cannot be retrieved",)),
 )
 
 STORE_ENTRIES += (

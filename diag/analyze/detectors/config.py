@@ -158,9 +158,15 @@ def _master_port(idx: SignalIndex) -> list[Finding]:
                  Basis.LINE, sigs + env_values(idx, "MASTER_PORT"), env_var="MASTER_PORT")]
 
 
+# tryConnect retries with backoff and prints the IPv6 lookup's failure each time: once is
+# a host without IPv6 (IPv4 follows), this many times for one address is a name unknown
+V6_RETRIES = 3
+
+
 def _name_resolution(idx: SignalIndex) -> list[Finding]:
     stores = {s.fields.get("host") for s in idx.of("store_connect_failed", "store_connect_timeout")}
     sigs = [s for s in idx.of("name_resolution_failed") if s.fields.get("host") not in stores]
+    sigs = sigs or _v6_retried(idx, stores)
     if not sigs or any(classify_address(s.fields.get("host") or "") for s in sigs):
         return []
     host = next((s.fields["host"] for s in sigs if s.fields.get("host")), None)
@@ -168,6 +174,14 @@ def _name_resolution(idx: SignalIndex) -> list[Finding]:
     return [make(Category.ENV_MISCONFIG, title, _FIX_RESOLVE,
                  DETECTOR, Basis.SETTING if host else Basis.LINE,
                  sigs, env_var="MASTER_ADDR")]
+
+
+def _v6_retried(idx: SignalIndex, stores: set) -> list[Signal]:
+    by_address: dict = {}
+    for s in idx.of("name_resolution_v6"):
+        if s.fields.get("host") not in stores:
+            by_address.setdefault((s.fields.get("host"), s.fields.get("port")), []).append(s)
+    return next((sigs for sigs in by_address.values() if len(sigs) >= V6_RETRIES), [])
 
 
 def _hostname(idx: SignalIndex) -> list[Finding]:
