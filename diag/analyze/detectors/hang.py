@@ -15,6 +15,7 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 
+from diag.analyze import stackgroups
 from diag.analyze.catalog import collective_frames
 from diag.analyze.detectors.common import (SignalIndex, blocking_frame, closed_ranks,
                                            comm_wait_frame, earliest, exception_ranks, fmt_ranks,
@@ -351,7 +352,18 @@ def _watchdog_wait(s: Signal) -> Wait:
 
 
 def _bare_wait(s: Signal) -> Wait:
-    return Wait(s.rank, None, None, 1 if s.fields.get("tiny_tensor") else None, None, None, s)
+    return Wait(s.rank, None, None, 1 if s.fields.get("tiny_tensor") else None,
+                _gloo_timeout_ms(s), None, s)
+
+
+# gloo's UnboundBuffer::waitRecv/waitSend: "Timed out waiting %dms for recv operation"
+_GLOO_WAITED = re.compile(r"Timed out waiting (\d{1,12})ms for (?:recv|send)")
+
+
+def _gloo_timeout_ms(s: Signal) -> int | None:
+    """The process-group timeout a gloo wait ran out, from its own message."""
+    m = _GLOO_WAITED.search(s.text) if s.kind == "gloo_error" else None
+    return int(m.group(1)) if m else None
 
 
 def _collective_exception(s: Signal) -> bool:
@@ -368,11 +380,12 @@ def _collective_exception(s: Signal) -> bool:
 
 def _elastic_victims(idx: SignalIndex) -> list[Wait]:
     # torchrun's failure list, when the failures are collective errors: those ranks waited.
-    # A SIGKILL (-9), or a rank with an error of its own, died by itself: not a victim.
+    # A SIGKILL (-9), or a rank with an error of its own, died by itself: not a victim; a
+    # SIGTERM (-15) is the agent closing the rest once one failed: where it was is unknown.
     own = {f.rank for f in own_failures(idx)}
     return [Wait(s.rank, None, None, None, None, None, s) for s in idx.of("elastic_failure")
-            if s.fields.get("exitcode") != -9 and s.fields.get("signal") != "SIGKILL"
-            and s.rank not in own]
+            if s.fields.get("exitcode") not in (-9, -15)
+            and s.fields.get("signal") not in ("SIGKILL", "SIGTERM") and s.rank not in own]
 
 
 # ---------------------------------------------------------------------------------------
@@ -383,7 +396,7 @@ def judge(idx: SignalIndex, waits: list[Wait]) -> Verdict:
     victims = {w.rank for w in waits if w.rank is not None}
     world = world_size(idx)
     for rule in (_failed_first, _broken_gpu, _ras_report, _monitored_barrier, _desync_report,
-                 _disagreement, _enqueue_gap, _lone_after_end, _absent_ranks, _lone_waiter,
+                 _traceback_sides, _disagreement, _enqueue_gap, _lone_after_end, _absent_ranks, _lone_waiter,
                  _early_small_sync, _rank0_work, _small_sync):
         verdict = rule(idx, waits, victims, world)
         if verdict:
@@ -506,6 +519,27 @@ def _ras_block(report: RasReport, block: dict) -> None:
             report.status[rank] = value
         elif isinstance(value, int) and isinstance(top, int):
             (report.behind if value < top else report.ahead)[rank] = (block["op"], value, top)
+
+
+def _traceback_sides(idx, waits, victims, world) -> Verdict | None:
+    """The ranks' tracebacks end waiting in different collectives (one in a barrier its
+    own code called, the other in DDP's buffer broadcast): the verdict ``ddiag stacks``
+    gives on live stacks (stackgroups), read from the tracebacks the timeouts printed."""
+    last: dict[int, Signal] = {}
+    for s in idx.of("exception"):
+        if s.rank is not None and s.fields.get("in_collective") and s.fields.get("stack"):
+            last[s.rank] = s
+    if len(last) < 2:
+        return None
+    stacks = [stackgroups.Stack(rank, tuple(
+        stackgroups.Frame(f["func"], f["file"], f.get("line"))
+        for f in reversed(s.fields["stack"])), s.file, s.line, s.host)
+        for rank, s in sorted(last.items())]
+    found = stackgroups.odd_ones(stackgroups.group(stacks))
+    if found is None or found.category is not Category.COLLECTIVE_MISMATCH:
+        return None
+    return Verdict(found.category, found.culprit.ranks, found.basis or Basis.HEURISTIC,
+                   found.title, list(last.values()), severity=Severity.CRITICAL)
 
 
 def _monitored_barrier(idx, waits, victims, world) -> Verdict | None:
