@@ -519,8 +519,8 @@ def _culprit_state(finding: Finding) -> str | None:
     return groups[1]["state"] if len(groups) > 1 else None
 
 
-def straggler(odd: list[tuple[int, ...]], window_s: float, share: float = 0.5,
-              min_samples: int = 4, min_odd: int = 3) -> Finding | None:
+def straggler(odd: list[tuple[int, ...]], window_s: float, share: float = 0.6,
+              min_samples: int = 6, min_odd: int = 4) -> Finding | None:
     """The rank(s) that, in most of a moving job's samples (``odd``: per sample, the
     culprit ranks of its ``odd_ones`` verdict, () when none), are busy while the others
     wait: a straggler, not a hang (the job moved). ``share``: the fraction of samples it

@@ -48,6 +48,7 @@ from diag.watch.stacks import StackCapture, capture, grouped, write_record
 CPU_MOVING = 0.2  # of one core, averaged since the stall began: a waiting rank uses ~0
 POLL_S = 1.0
 KILL_MARKER = "killed.json"
+STRAGGLER_WINDOWS = 2  # stall windows of samples a straggler is judged on
 LAUNCHER_EXIT_S = 15.0  # torchrun notices its workers are gone within a few seconds
 RANKS_APPEAR_S = 120.0  # how long the ranks of a starting job may take to appear
 END_GRACE_S = 8.0  # a stall seen this recently still explains a job that then ended
@@ -182,7 +183,10 @@ class SampleWatcher:
         found = self.verdict(samples, 0.0)
         odd = found.culprit.ranks if found is not None and \
             found.category is Category.RANK_HANG else ()
-        self._odd = [(t, r) for t, r in self._odd if now - t <= self.stall_s] + [(now, odd)]
+        # two stall windows: a healthy job under load has one rank busy by chance in a few
+        # samples; a straggler is busy while the others wait in most of many
+        keep = STRAGGLER_WINDOWS * self.stall_s
+        self._odd = [(t, r) for t, r in self._odd if now - t <= keep] + [(now, odd)]
 
     def _find_straggler(self, now: float) -> None:
         """Once, when the job just moved: only samples the job moved after, before the
